@@ -1,0 +1,3 @@
+from pe_bench.cli import main
+
+main()

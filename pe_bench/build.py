@@ -1,0 +1,17 @@
+"""Config → objects: the scheme and the model for a run."""
+
+from __future__ import annotations
+
+from pe_bench.config import Config, SchemeSpec, scheme_spec
+from pe_bench.model import Decoder, ModelArgs
+from pe_bench.schemes import ModelShape
+
+
+def build_model(cfg: Config, vocab_size: int, spec: SchemeSpec | None = None) -> Decoder:
+    spec = spec or scheme_spec(cfg.scheme)
+    m = cfg.model
+    shape = ModelShape(d_model=m.d_model, n_heads=m.n_heads, head_dim=m.d_model // m.n_heads,
+                       train_seq_len=cfg.train.seq_len)
+    args = ModelArgs(vocab_size=vocab_size, n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads,
+                     mlp_ratio=m.mlp_ratio, dropout=m.dropout)
+    return Decoder(args, spec.cls(spec.options, shape))

@@ -1,0 +1,168 @@
+"""pe-bench command line: train, eval, sweep, schemes. Thin: parse, compose, call."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pe_bench import schemes
+from pe_bench.config import ConfigError, apply_overrides, compose, from_yaml
+from pe_bench.data import DataError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.")
+console = Console()
+err = Console(stderr=True)
+
+OVERRIDES_HELP = "Hydra overrides, e.g. scheme=rope model.n_layers=2 train=smoke eval.lengths=[64,128]"
+
+
+def friendly(fn: Callable) -> Callable:
+    """Bad input → one line and exit 2; a crash → one line and exit 1 (PE_BENCH_DEBUG=1 shows the traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, DataError) as e:
+            err.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("interrupted: run the same command again to resume from the last checkpoint")
+            raise typer.Exit(130) from None
+        except typer.Exit:
+            raise
+        except Exception as e:  # noqa: BLE001
+            if os.environ.get("PE_BENCH_DEBUG"):
+                raise
+            err.print(f"[bold red]error:[/] {type(e).__name__}: {e} (PE_BENCH_DEBUG=1 shows the traceback)",
+                      highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _print_run_table(run_path: Path) -> None:
+    from pe_bench.report import collect, comparison, rich_table
+    from pe_bench.runs import Run
+
+    df = collect([Run(run_path)])
+    for mode in ("nonoverlapping", "sliding"):
+        t = comparison(df, mode)
+        if not t.empty:
+            console.print(rich_table(t, f"perplexity — {mode}"))
+
+
+@app.command()
+@friendly
+def train(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_HELP),
+          progress: bool = typer.Option(True, help="Show the progress bar.")) -> None:
+    """Train one run and evaluate it at every eval length (resumes from its checkpoint if interrupted)."""
+    from pe_bench.experiment import run_one
+
+    cfg = compose(overrides or [])
+    run = run_one(cfg, progress=progress)
+    _print_run_table(run.path)
+    meta = run.meta()
+    console.print(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train, "
+                  f"{meta.get('wall_seconds')} s wall)")
+
+
+@app.command("eval")
+@friendly
+def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
+             overrides: Optional[list[str]] = typer.Argument(None, help="eval.* and scheme.* overrides, e.g. "
+                                                                          "eval.lengths=[64,1024] scheme.beyond_table=clamp")) -> None:
+    """Re-evaluate a saved run at other lengths or with eval-time scheme options, without retraining."""
+    from pe_bench.experiment import evaluate_run
+    from pe_bench.runs import Run
+
+    run = Run(run_dir)
+    if not run.config.exists() or not run.checkpoint.exists():
+        raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
+                          "train one with `pe-bench train`")
+    cfg = apply_overrides(from_yaml(run.config), overrides or [], allowed=("eval", "scheme"))
+    evaluate_run(run, cfg)
+    _print_run_table(run.path)
+    console.print(f"updated {run.eval_csv}")
+
+
+@app.command()
+@friendly
+def sweep(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_HELP + "; comma lists sweep "
+                                                                       "(scheme=rope,alibi seed=0,1)"),
+          progress: bool = typer.Option(True, help="Show progress bars.")) -> None:
+    """Train and evaluate every point of a sweep (default: every registered scheme), then print and write the
+    comparison table. Finished points are skipped; interrupted ones resume from their checkpoint."""
+    from pe_bench.experiment import is_done, run_one
+    from pe_bench.report import collect, comparison, rich_table, write_tables
+    from pe_bench.runs import Run, run_dir_for
+    from pe_bench.sweep import expand
+
+    points = expand(overrides or [])
+    configs = [compose(p) for p in points]  # validate every point before training any
+    t0 = time.perf_counter()
+    runs, status = [], {"done": 0, "skipped": 0, "failed": 0}
+    summary = Table(title="runs", header_style="bold")
+    for c in ("run", "status", "train tok/s", "wall s"):
+        summary.add_column(c)
+    for i, (point, cfg) in enumerate(zip(points, configs), 1):
+        run = Run(run_dir_for(cfg))
+        label = " ".join(point)
+        if is_done(run):
+            status["skipped"] += 1
+            console.print(f"[{i}/{len(points)}] {label}: already done, skipped ({run.path})")
+        else:
+            console.print(f"[{i}/{len(points)}] {label}: training → {run.path}")
+            try:
+                run_one(cfg, progress=progress)
+                status["done"] += 1
+            except (ConfigError, DataError):
+                raise
+            except Exception as e:  # noqa: BLE001 - a failing point never stops the others
+                status["failed"] += 1
+                err.print(f"[{i}/{len(points)}] {label}: failed: {type(e).__name__}: {e}", highlight=False)
+        meta = run.meta()
+        summary.add_row(run.path.name, meta.get("status", "?"), f"{meta.get('train_tokens_per_s', '')}",
+                        f"{meta.get('wall_seconds', '')}")
+        if run.eval_csv.exists():
+            runs.append(run)
+    console.print(summary)
+    df = collect(runs)
+    if not df.empty:
+        for mode in ("nonoverlapping", "sliding"):
+            t = comparison(df, mode)
+            if not t.empty:
+                console.print(rich_table(t, f"perplexity — {mode} (columns: eval length)"))
+        title = f"pe-bench sweep {' '.join(overrides or [])}".strip()
+        for p in write_tables(df, Path(configs[0].results_dir), title):
+            console.print(f"wrote {p}")
+    console.print(f"{len(points)} points: {status['done']} trained, {status['skipped']} skipped, "
+                  f"{status['failed']} failed in {time.perf_counter() - t0:.0f} s")
+    if status["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command("schemes")
+def list_schemes() -> None:
+    """List the registered positional schemes, one line each: name, where it acts, what it is, citation."""
+    for name in schemes.available():
+        cls = schemes.get(name)
+        where = "+".join(cls.acts_on) or "-"
+        typer.echo(f"{name:<12} {where:<14} {cls.description}  [{cls.citation}]")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

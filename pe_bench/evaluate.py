@@ -1,0 +1,164 @@
+"""Perplexity and bits per byte at each evaluation length, in three modes.
+
+- ``nonoverlapping``: the token stream is cut into blocks of ``L_eval`` tokens, every token scored once (the ALiBi
+  paper's headline protocol). Early tokens of each block see little context (the "early-token curse").
+- ``sliding``: windows of ``L_eval`` tokens advance by stride S and score only their last S tokens (the first window
+  scores all of its tokens), so every scored token after the first window sees at least ``L_eval − S`` tokens of
+  context. S = L_eval reproduces nonoverlapping exactly.
+- ``per_position``: mean loss by position inside the window (bucketed), from the nonoverlapping pass, showing where
+  extrapolation breaks.
+
+All means are token-weighted; every row records how many tokens it scored. All lengths of one run score the same
+span of tokens (a multiple of the longest length), so the numbers are comparable across lengths.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pe_bench.config import Config, EvalConfig
+from pe_bench.data import DataError
+from pe_bench.model import Decoder
+from pe_bench.schemes import LengthNotSupported
+
+EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "L_train", "L_eval", "ratio", "mode", "stride", "loss",
+                "ppl", "bpb", "tokens_scored", "seed", "status", "note"]
+POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "L_train", "L_eval", "ratio", "pos_start", "pos_end",
+                    "loss", "tokens", "seed"]
+MIN_WINDOWS = 4  # the longest eval length must fit this many times in the scored span
+
+
+@dataclass
+class Score:
+    nll: float = 0.0  # summed, nats
+    tokens: int = 0
+    bytes: int = 0
+    pos_nll: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (L_eval,) summed nll by position
+    pos_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def loss(self) -> float:
+        return self.nll / self.tokens
+
+    @property
+    def bpb(self) -> float:
+        return self.nll / math.log(2) / self.bytes
+
+
+def eval_lengths(ecfg: EvalConfig, train_len: int) -> list[int]:
+    if ecfg.lengths:
+        return sorted(set(int(x) for x in ecfg.lengths))
+    return sorted(set(int(round(r * train_len)) for r in ecfg.ratios))
+
+
+def scored_span(n_tokens: int, budget: int, longest: int) -> int:
+    """Targets scored: the largest multiple of the longest length within budget and the split (≥ MIN_WINDOWS)."""
+    available = n_tokens - 1
+    need = MIN_WINDOWS * longest
+    if available < need:
+        raise DataError(f"the evaluation split has {n_tokens} tokens, but evaluating at length {longest} needs at "
+                        f"least {need + 1} ({MIN_WINDOWS} windows); use a longer split or shorter eval.lengths")
+    return max(need, (min(budget, available) // longest) * longest)
+
+
+def check_feasible(cfg: Config, n_tokens: int) -> None:
+    """Fail before training, not after, when the evaluation split is too short for the requested lengths."""
+    scored_span(n_tokens, cfg.eval.max_tokens, max(eval_lengths(cfg.eval, cfg.train.seq_len)))
+
+
+@torch.inference_mode()
+def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, length: int, stride: int, span: int,
+                  tokens_per_batch: int, device: torch.device, autocast: bool) -> Score:
+    """Score targets 1..span of `tokens` with windows of `length` advancing by `stride`.
+
+    Window k ends at e_k = length + k·stride (the last one capped at span) and scores its last e_k − e_{k−1} targets
+    (all `length` of them for the first window)."""
+    ends, prev = [], 0
+    e = length
+    while prev < span:
+        e = min(e, span)
+        ends.append((e, e - prev))
+        prev, e = e, e + stride
+    score = Score(pos_nll=np.zeros(length), pos_count=np.zeros(length))
+    per_batch = max(1, tokens_per_batch // length)
+    tb = torch.as_tensor(token_bytes, device=device)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else nullcontext()
+    for i in range(0, len(ends), per_batch):
+        chunk = ends[i : i + per_batch]
+        block = torch.from_numpy(np.stack([np.asarray(tokens[e - length : e + 1], dtype=np.int64) for e, _ in chunk]))
+        block = block.to(device)
+        x, y = block[:, :-1], block[:, 1:]
+        with ctx:
+            logits = model(x)
+        nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
+        nll = nll.view(len(chunk), length)
+        n_scored = torch.tensor([n for _, n in chunk], device=device)
+        keep = torch.arange(length, device=device)[None, :] >= (length - n_scored)[:, None]
+        nll = nll * keep
+        score.nll += float(nll.double().sum())
+        score.tokens += int(keep.sum())
+        score.bytes += int((tb[y] * keep).sum())
+        score.pos_nll += nll.double().sum(0).cpu().numpy()
+        score.pos_count += keep.sum(0).cpu().numpy()
+    return score
+
+
+def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.ndarray,
+             device: torch.device) -> tuple[list[dict], list[dict]]:
+    """Evaluate one model (one scheme variant) at every configured length and mode.
+    Returns (eval rows, per-position rows)."""
+    ecfg, L = cfg.eval, cfg.train.seq_len
+    lengths = eval_lengths(ecfg, L)
+    longest = max(lengths)
+    span = scored_span(len(tokens), ecfg.max_tokens, longest)
+    sliding_span = scored_span(len(tokens), ecfg.sliding_max_tokens, longest)
+    stride = ecfg.stride or L
+    autocast = device.type == "cuda"
+    base = {"scheme": model.scheme.label(), "base_scheme": model.scheme.name, "model": cfg.model.name,
+            "data": cfg.data.name, "L_train": L, "seed": cfg.seed}
+    rows: list[dict] = []
+    pos_rows: list[dict] = []
+    model.eval()
+    for length in lengths:
+        common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
+        try:
+            if {"nonoverlapping", "per_position"} & set(ecfg.modes):
+                s = score_windows(model, tokens, token_bytes, length, length, span, ecfg.tokens_per_batch, device,
+                                  autocast)
+                if "nonoverlapping" in ecfg.modes:
+                    rows.append(_row(common, "nonoverlapping", length, s))
+                if "per_position" in ecfg.modes:
+                    pos_rows.extend(_position_rows(common, s, ecfg.position_buckets))
+            if "sliding" in ecfg.modes:
+                st = min(stride, length)
+                s = score_windows(model, tokens, token_bytes, length, st, sliding_span, ecfg.tokens_per_batch,
+                                  device, autocast)
+                rows.append(_row(common, "sliding", st, s))
+        except LengthNotSupported as e:
+            for mode in [m for m in ecfg.modes if m != "per_position"]:
+                rows.append({**common, "mode": mode, "stride": length if mode == "nonoverlapping" else min(stride, length),
+                             "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0, "status": "n/a", "note": str(e)})
+    return rows, pos_rows
+
+
+def _row(common: dict, mode: str, stride: int, s: Score) -> dict:
+    return {**common, "mode": mode, "stride": stride, "loss": round(s.loss, 6), "ppl": round(math.exp(s.loss), 4),
+            "bpb": round(s.bpb, 5), "tokens_scored": s.tokens, "status": "ok", "note": ""}
+
+
+def _position_rows(common: dict, s: Score, buckets: int) -> list[dict]:
+    length = len(s.pos_nll)
+    edges = np.unique(np.linspace(0, length, min(buckets, length) + 1).round().astype(int))
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        n = s.pos_count[a:b].sum()
+        if n:
+            out.append({**common, "pos_start": int(a), "pos_end": int(b), "loss": round(s.pos_nll[a:b].sum() / n, 6),
+                        "tokens": int(n)})
+    return out

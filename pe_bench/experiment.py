@@ -1,0 +1,75 @@
+"""One run end to end: config → data → model → trainer → run directory → evaluator."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from pe_bench.config import Config, scheme_spec, with_options
+from pe_bench.data import TokenizedCorpus, load_tokens
+from pe_bench.evaluate import EVAL_COLUMNS, POSITION_COLUMNS, check_feasible, evaluate
+from pe_bench.model import Decoder
+from pe_bench.runs import Run, read_csv, run_dir_for, write_csv
+from pe_bench.train import load_trained, resolve_device, train
+
+
+def is_done(run: Run) -> bool:
+    return run.status == "done" and run.eval_csv.exists() and run.checkpoint.exists()
+
+
+def run_one(cfg: Config, progress: bool = True) -> Run:
+    """Train (resuming from a checkpoint if one exists) and evaluate one config. Returns its run directory."""
+    device = resolve_device(cfg.train.device)
+    corpus = load_tokens(cfg.data, cfg.cache_dir)
+    check_feasible(cfg, len(corpus.splits[cfg.eval.split]))
+    run = Run(run_dir_for(cfg))
+    run.create(cfg)
+    t0 = time.perf_counter()
+    run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, **Run.environment(device))
+    try:
+        model = train(cfg, run, corpus, device, progress)
+        t1 = time.perf_counter()
+        evaluate_run(run, cfg, corpus, device, model)
+        run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
+    except BaseException as e:
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        run.update_meta(status=status, error=f"{type(e).__name__}: {e}", wall_seconds=round(time.perf_counter() - t0, 2))
+        raise
+    run.update_meta(status="done", wall_seconds=round(time.perf_counter() - t0, 2))
+    return run
+
+
+def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, device: torch.device | None = None,
+                 model: Decoder | None = None) -> list[dict]:
+    """Evaluate the run's model and its scheme's eval-time variants; merge the rows into eval.csv/positions.csv
+    (rows for the same scheme variant, length, mode and stride are replaced). Returns this evaluation's rows."""
+    device = device or resolve_device(cfg.train.device)
+    corpus = corpus or load_tokens(cfg.data, cfg.cache_dir)
+    spec = scheme_spec(cfg.scheme)
+    specs = [spec] + ([with_options(spec, v) for v in spec.eval_variants] if cfg.eval.variants else [])
+    tokens = corpus.splits[cfg.eval.split]
+    rows: list[dict] = []
+    pos_rows: list[dict] = []
+    seen: set[str] = set()
+    for i, sp in enumerate(specs):
+        m = model if (i == 0 and model is not None) else load_trained(run, cfg, device, sp)
+        if m.scheme.label() in seen:
+            continue
+        seen.add(m.scheme.label())
+        r, p = evaluate(m, cfg, tokens, corpus.token_bytes, device)
+        rows += r
+        pos_rows += p
+    _merge(run.eval_csv, rows, EVAL_COLUMNS, ("scheme", "L_eval", "mode", "stride"))
+    _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, ("scheme", "L_eval", "pos_start"))
+    return rows
+
+
+def _merge(path, new: list[dict], columns: list[str], key: tuple[str, ...]) -> None:
+    def k(r: dict) -> tuple[str, ...]:
+        return tuple(str(r[c]) for c in key)
+
+    fresh = {k(r) for r in new}
+    kept = [r for r in read_csv(path) if k(r) not in fresh]
+    write_csv(path, kept + new, columns)

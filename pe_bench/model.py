@@ -1,0 +1,107 @@
+"""A small decoder-only pre-LN transformer whose attention asks the positional scheme for its three hooks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pe_bench.attention import attend, causal_bias_mask
+from pe_bench.schemes import Scheme
+
+
+@dataclass
+class ModelArgs:
+    vocab_size: int
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.n_heads = args.n_heads
+        self.qkv = nn.Linear(args.d_model, 3 * args.d_model, bias=False)
+        self.proj = nn.Linear(args.d_model, args.d_model, bias=False)
+        self.dropout = nn.Dropout(args.dropout)
+
+    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """x: (B, T, C) -> (B, T, C)."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
+        q, k = scheme.rotate(q, k, positions)
+        y = attend(q, k, v, mask)
+        return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+
+class MLP(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        hidden = int(args.mlp_ratio * args.d_model)
+        self.fc = nn.Linear(args.d_model, hidden, bias=False)
+        self.proj = nn.Linear(hidden, args.d_model, bias=False)
+        self.dropout = nn.Dropout(args.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(args.d_model)
+        self.attn = CausalSelfAttention(args)
+        self.ln2 = nn.LayerNorm(args.d_model)
+        self.mlp = MLP(args)
+
+    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), scheme, positions, mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class Decoder(nn.Module):
+    """Token embedding → scheme.embed → blocks → final LN → tied LM head."""
+
+    def __init__(self, args: ModelArgs, scheme: Scheme) -> None:
+        super().__init__()
+        if args.d_model % args.n_heads:
+            raise ValueError(f"model.d_model={args.d_model} is not divisible by model.n_heads={args.n_heads}")
+        self.args = args
+        self.scheme = scheme
+        self.tok_emb = nn.Embedding(args.vocab_size, args.d_model)
+        self.drop = nn.Dropout(args.dropout)
+        self.blocks = nn.ModuleList(Block(args) for _ in range(args.n_layers))
+        self.ln_f = nn.LayerNorm(args.d_model)
+        self.lm_head = nn.Linear(args.d_model, args.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layers). Scheme parameters keep the
+        initialisation their scheme chose."""
+        for name, p in self.named_parameters():
+            if name.startswith("scheme.") or p.dim() < 2:
+                continue
+            std = 0.02 / math.sqrt(2 * self.args.n_layers) if name.endswith("proj.weight") else 0.02
+            nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """idx: (B, T) token ids; positions: (T,) defaults to 0..T-1. -> logits (B, T, V)."""
+        T = idx.shape[1]
+        if positions is None:
+            positions = torch.arange(T, device=idx.device)
+        x = self.drop(self.scheme.embed(self.tok_emb(idx), positions))
+        bias = self.scheme.score_bias(positions, positions)
+        mask = None if bias is None else causal_bias_mask(bias, positions, positions)
+        for block in self.blocks:
+            x = block(x, self.scheme, positions, mask)
+        return self.lm_head(self.ln_f(x))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

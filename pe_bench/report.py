@@ -1,0 +1,95 @@
+"""Run directories → comparison tables (rows: scheme variant; columns: eval length), as CSV, markdown and rich."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from rich.table import Table
+
+from pe_bench.runs import Run, atomic_write_text, read_csv
+
+MODES = ("nonoverlapping", "sliding")
+
+
+def collect(runs: list[Run]) -> pd.DataFrame:
+    """Every eval row of the given runs, in run order."""
+    rows = [r for run in runs for r in read_csv(run.eval_csv)]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    for c in ("L_train", "L_eval", "stride", "tokens_scored", "seed"):
+        df[c] = pd.to_numeric(df[c])
+    for c in ("loss", "ppl", "bpb"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def comparison(df: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """Perplexity table for one mode: index (scheme, L_train), one column per eval length, mean over seeds;
+    'n/a' where the scheme cannot run at that length. Column 'seeds' counts seeds; 'longest/L' is the ratio of
+    the perplexity at the longest length to the one at the training length."""
+    d = df[df["mode"] == mode]
+    if d.empty:
+        return pd.DataFrame()
+    order = list(dict.fromkeys(zip(d["scheme"], d["L_train"])))
+    lengths = sorted(d["L_eval"].unique())
+    table = d.pivot_table(index=["scheme", "L_train"], columns="L_eval", values="ppl", aggfunc="mean", dropna=False)
+    table = table.reindex(index=pd.MultiIndex.from_tuples(order, names=["scheme", "L_train"]), columns=lengths)
+    seeds = d.groupby(["scheme", "L_train"])["seed"].nunique().reindex(table.index)
+    out = table.copy().astype(object)
+    for (scheme, L), row in table.iterrows():
+        base = row.get(L)
+        last = row[lengths[-1]]
+        out.loc[(scheme, L), "longest/L"] = round(last / base, 3) if pd.notna(base) and pd.notna(last) else "n/a"
+    out = out.map(lambda v: "n/a" if isinstance(v, float) and pd.isna(v) else (round(v, 3) if isinstance(v, float) else v))
+    out["seeds"] = seeds.values
+    out.columns = [str(c) for c in out.columns]
+    return out
+
+
+def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "") -> list[Path]:
+    """comparison.csv (every mode, wide) and comparison.md (one table per mode)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts, md = [], [f"# {title}\n" if title else ""]
+    for mode in MODES:
+        t = comparison(df, mode)
+        if t.empty:
+            continue
+        flat = t.reset_index()
+        flat.insert(0, "mode", mode)
+        parts.append(flat)
+        stride = sorted(df[df["mode"] == mode]["stride"].unique())
+        what = "non-overlapping blocks" if mode == "nonoverlapping" else f"sliding window, stride S={_fmt(stride)}"
+        md.append(f"\n## Perplexity, {what} (columns: eval length in tokens)\n\n{_markdown(t)}\n")
+    paths = []
+    if parts:
+        csv_path = out_dir / "comparison.csv"
+        atomic_write_text(csv_path, pd.concat(parts, ignore_index=True).to_csv(index=False))
+        md_path = out_dir / "comparison.md"
+        atomic_write_text(md_path, "".join(md).lstrip())
+        paths = [csv_path, md_path]
+    return paths
+
+
+def _fmt(strides) -> str:
+    return ", ".join(str(int(s)) for s in strides) if len(strides) > 1 else str(int(strides[0]))
+
+
+def _markdown(t: pd.DataFrame) -> str:
+    header = ["scheme", "L"] + list(t.columns)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (scheme, L), row in t.iterrows():
+        lines.append("| " + " | ".join([str(scheme), str(L)] + [str(v) for v in row.values]) + " |")
+    return "\n".join(lines)
+
+
+def rich_table(t: pd.DataFrame, title: str) -> Table:
+    table = Table(title=title, header_style="bold")
+    table.add_column("scheme")
+    table.add_column("L", justify="right")
+    for c in t.columns:
+        table.add_column(c, justify="right")
+    for (scheme, L), row in t.iterrows():
+        table.add_row(str(scheme), str(L), *[str(v) for v in row.values])
+    return table

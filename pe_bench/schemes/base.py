@@ -1,0 +1,100 @@
+"""The scheme seam: a positional scheme may act at three places, each a no-op by default.
+
+- ``embed(x, positions)``      — the input embedding (absolute schemes add to the token embeddings);
+- ``rotate(q, k, positions)``  — the q/k vectors, per head, after projection (the RoPE family);
+- ``score_bias(q_pos, k_pos)`` — an additive bias on the attention logits, after the 1/sqrt(d) scaling
+  (ALiBi, T5). Built once per forward pass and shared by all layers.
+
+Positions always come from the actual sequence (``positions: (T,)`` int64), so nothing is sized by the training
+length except what a scheme declares itself (the learned table).
+
+A subclass sets ``name`` (its registry key and YAML file name), ``description`` (one line for ``pe-bench schemes``),
+``acts_on`` and ``Options`` (a dataclass of its hyper-parameters, mirrored by ``configs/scheme/<name>.yaml``).
+Subclasses register themselves on definition; dropping a file in ``pe_bench/schemes/`` is all it takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+REGISTRY: dict[str, type[Scheme]] = {}
+
+
+class LengthNotSupported(RuntimeError):
+    """Raised by a scheme that has no defined behaviour at the requested length (e.g. a learned table that is
+    too short). The evaluator records such lengths as not applicable, with this message as the reason."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What a scheme may need to know about the model it sits in."""
+
+    d_model: int
+    n_heads: int
+    head_dim: int
+    train_seq_len: int  # only schemes that are sized by the training length by definition may use this
+
+
+@dataclass
+class NoOptions:
+    pass
+
+
+class Scheme(nn.Module):
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    citation: ClassVar[str] = ""
+    acts_on: ClassVar[tuple[str, ...]] = ()  # subset of ("input", "qk", "scores")
+    relative: ClassVar[bool] = False  # True when attention depends only on i - j (shift-invariant)
+    Options: ClassVar[type] = NoOptions
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+                raise ValueError(f"scheme name {cls.name!r} registered twice")
+            REGISTRY[cls.name] = cls
+
+    def __init__(self, options: Any, shape: ModelShape) -> None:
+        super().__init__()
+        self.options = options
+        self.shape = shape
+
+    # ---- the three hooks -------------------------------------------------------------------------------
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, C) token embeddings, positions: (T,) -> (B, T, C)."""
+        return x
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q, k: (B, H, T, D), positions: (T,) -> transformed (q, k)."""
+        return q, k
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        """q_pos: (Tq,), k_pos: (Tk,) -> additive logit bias (H, Tq, Tk), or None for no bias.
+
+        Only entries with k_pos <= q_pos are used (the model applies the causal mask)."""
+        return None
+
+    # ---- bookkeeping -------------------------------------------------------------------------------------
+    def label(self) -> str:
+        """Name plus the options that differ from the defaults, e.g. ``learned[beyond_table=clamp]``: the row
+        name in every table, so a number always says which variant produced it."""
+        changed = [
+            f"{f.name}={getattr(self.options, f.name)}"
+            for f in dataclasses.fields(self.options)
+            if getattr(self.options, f.name) != _default(f)
+        ]
+        return f"{self.name}[{','.join(changed)}]" if changed else self.name
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING

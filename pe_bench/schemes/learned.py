@@ -1,0 +1,64 @@
+"""Learned absolute positions: a trainable table P ∈ R^{L_max×d} added at the input (GPT-2 / nanoGPT ``wpe``).
+
+The table has ``train_seq_len`` rows by definition, so positions past it have no embedding. What happens there is a
+policy, recorded in the row label whenever it is not the default:
+- ``na``     — refuse: the evaluator reports those lengths as not applicable, with the reason;
+- ``clamp``  — reuse the last trained row for every later position;
+- ``extend`` — a larger table whose extra rows were never trained (drawn from the same N(0, 0.02) init, seeded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pe_bench.schemes.base import LengthNotSupported, ModelShape, Scheme
+
+POLICIES = ("na", "clamp", "extend")
+
+
+@dataclass
+class LearnedOptions:
+    beyond_table: str = "na"  # one of POLICIES
+    init_std: float = 0.02
+    extend_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        if self.beyond_table not in POLICIES:
+            raise ValueError(f"scheme.beyond_table must be one of {', '.join(POLICIES)}, got {self.beyond_table!r}")
+
+
+class Learned(Scheme):
+    name = "learned"
+    description = "trainable absolute position table sized to the training length (GPT-2 style)"
+    citation = "Gehring et al. 2017, arXiv:1705.03122; Radford et al. 2019 (GPT-2)"
+    acts_on = ("input",)
+    Options = LearnedOptions
+
+    def __init__(self, options: LearnedOptions, shape: ModelShape) -> None:
+        super().__init__(options, shape)
+        self.table = nn.Parameter(torch.randn(shape.train_seq_len, shape.d_model) * options.init_std)
+
+    def _untrained_rows(self, n: int, like: torch.Tensor) -> torch.Tensor:
+        g = torch.Generator().manual_seed(self.options.extend_seed)
+        rows = torch.randn(n, like.shape[1], generator=g) * self.options.init_std
+        return rows.to(device=like.device, dtype=like.dtype)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        rows = self.table.shape[0]
+        last = int(positions.max())
+        table = self.table
+        if last >= rows:
+            policy = self.options.beyond_table
+            if policy == "na":
+                raise LengthNotSupported(
+                    f"learned table has {rows} rows (the training length) but position {last} was asked for; "
+                    "re-evaluate with scheme.beyond_table=clamp or extend"
+                )
+            if policy == "clamp":
+                positions = positions.clamp(max=rows - 1)
+            else:
+                table = torch.cat([table, self._untrained_rows(last + 1 - rows, table)])
+        return x + table[positions].to(x.dtype)

@@ -1,0 +1,49 @@
+"""T5 relative position bias (Raffel et al. 2020, §2.1): a learned scalar per head and distance bucket, shared by all
+layers. Causal bucketing: exact buckets for distances < num_buckets/2, then logarithmic up to max_distance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pe_bench.schemes.base import ModelShape, Scheme
+
+
+def t5_bucket(distance: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """Causal bucket of n = max(i − j, 0): n for n < nb/2, else nb/2 + ⌊ln(n/(nb/2)) / ln(max_d/(nb/2)) · nb/2⌋,
+    capped at nb − 1.  With the defaults: 20→17, 32→21, 64→26, 100→30, ≥127→31."""
+    n = distance.clamp(min=0)
+    max_exact = num_buckets // 2
+    log_ratio = torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return torch.where(n < max_exact, n, large)
+
+
+@dataclass
+class T5Options:
+    num_buckets: int = 32
+    max_distance: int = 128
+
+    def __post_init__(self) -> None:
+        if self.num_buckets < 2 or self.max_distance <= self.num_buckets // 2:
+            raise ValueError("scheme.num_buckets must be >= 2 and scheme.max_distance > num_buckets/2")
+
+
+class T5Bias(Scheme):
+    name = "t5"
+    description = "learned per-head bias for log-bucketed relative distances, shared across layers"
+    citation = "Raffel et al. 2020, arXiv:1910.10683"
+    acts_on = ("scores",)
+    relative = True
+    Options = T5Options
+
+    def __init__(self, options: T5Options, shape: ModelShape) -> None:
+        super().__init__(options, shape)
+        self.table = nn.Parameter(torch.zeros(shape.n_heads, options.num_buckets))  # starts as NoPE
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        buckets = t5_bucket(q_pos[:, None] - k_pos[None, :], self.options.num_buckets, self.options.max_distance)
+        return self.table[:, buckets]  # (H, Tq, Tk)

@@ -1,0 +1,165 @@
+"""The training loop: AdamW, warmup + cosine, clipping, accumulation, bf16/compile on GPU, checkpoints, logging."""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from pe_bench.build import build_model
+from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
+from pe_bench.data import TokenizedCorpus, random_batch
+from pe_bench.model import Decoder
+from pe_bench.runs import Run, atomic_save, read_csv, write_csv
+
+TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
+VAL_SEED = 1234
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name} but no CUDA GPU is visible; use train.device=cpu (or auto)")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+
+
+def use_bf16(tc: TrainConfig, device: torch.device) -> bool:
+    return tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
+
+
+def use_compile(tc: TrainConfig, device: torch.device) -> bool:
+    return tc.compile == "on" or (tc.compile == "auto" and device.type == "cuda")
+
+
+def lr_at(step: int, tc: TrainConfig) -> float:
+    """Linear warmup to tc.lr, then cosine decay to tc.lr·min_lr_ratio at tc.steps."""
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    progress = min(1.0, (step - tc.warmup_steps) / max(1, tc.steps - tc.warmup_steps))
+    floor = tc.lr * tc.min_lr_ratio
+    return floor + 0.5 * (tc.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: Decoder, tc: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (nanoGPT's rule); fused kernel where this build has one."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2))
+
+
+def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
+    """Batches are a pure function of (seed, step, micro-step): resuming replays exactly the same data."""
+    return torch.Generator().manual_seed(((seed * 1_000_003 + step) * 64 + micro) % (2**63))
+
+
+@torch.inference_mode()
+def validation_loss(model: Decoder, tokens: np.ndarray, tc: TrainConfig, device: torch.device) -> float:
+    was_training = model.training
+    model.eval()
+    g = torch.Generator().manual_seed(VAL_SEED)
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16(tc, device) else nullcontext()
+    losses = []
+    for _ in range(tc.val_batches):
+        x, y = random_batch(tokens, tc.batch_size, tc.seq_len, g, device)
+        with ctx:
+            logits = model(x)
+        losses.append(F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item())
+    model.train(was_training)
+    return float(np.mean(losses))
+
+
+def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, progress: bool = True) -> Decoder:
+    """Train (or resume, or just load if already trained) the run's model; returns it in eval mode."""
+    tc = cfg.train
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, corpus.vocab_size).to(device)
+    opt = make_optimizer(model, tc, device)
+    step, history = 0, []
+    if run.checkpoint.exists():
+        ckpt = torch.load(run.checkpoint, map_location=device, weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        step = int(ckpt["step"])
+        history = [r for r in read_csv(run.train_csv) if int(r["step"]) <= step]
+    if step >= tc.steps:
+        return model.eval()
+
+    fwd = torch.compile(model) if use_compile(tc, device) else model
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16(tc, device) else nullcontext()
+    train_tokens, val_tokens = corpus.splits["train"], corpus.splits["validation"]
+    tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum
+    model.train()
+    bar = tqdm(range(step, tc.steps), initial=step, total=tc.steps, desc=run.path.name, unit="step",
+               disable=None if progress else True, dynamic_ncols=True, leave=False)
+    t_start = t_log = time.perf_counter()
+    window_losses: list[float] = []
+    elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
+    for step in bar:
+        lr = lr_at(step, tc)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        total = 0.0
+        for micro in range(tc.grad_accum):
+            x, y = random_batch(train_tokens, tc.batch_size, tc.seq_len, batch_generator(cfg.seed, step, micro), device)
+            with ctx:
+                logits = fwd(x)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / tc.grad_accum
+            loss.backward()
+            total += loss.item()
+        if tc.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        window_losses.append(total)
+        done = step + 1
+        is_last = done == tc.steps
+        if done % tc.log_interval == 0 or is_last:
+            now = time.perf_counter()
+            tps = len(window_losses) * tokens_per_step / max(now - t_log, 1e-9)
+            row = {"step": done, "loss": round(float(np.mean(window_losses)), 5), "lr": f"{lr:.3e}",
+                   "tokens_per_s": round(tps), "val_loss": "", "elapsed_s": round(elapsed_before + now - t_start, 2)}
+            if done % tc.val_interval == 0 or is_last:
+                row["val_loss"] = round(validation_loss(model, val_tokens, tc, device), 5)
+            history.append(row)
+            write_csv(run.train_csv, history, TRAIN_COLUMNS)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tps:,.0f}")
+            window_losses, t_log = [], time.perf_counter()
+        if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
+            atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": done,
+                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size}, run.checkpoint)
+    bar.close()
+    seconds = time.perf_counter() - t_start
+    run.update_meta(train_seconds=round(elapsed_before + seconds, 2),
+                    train_tokens_per_s=round(_mean_tps(history)),
+                    final_train_loss=history[-1]["loss"], final_val_loss=history[-1]["val_loss"],
+                    n_params=model.num_params(), tokens_seen=tc.steps * tokens_per_step)
+    return model.eval()
+
+
+def _mean_tps(history: list[dict]) -> float:
+    """Median throughput over logged windows, skipping the first (warm-up, compile)."""
+    values = [float(r["tokens_per_s"]) for r in history[1:]] or [float(r["tokens_per_s"]) for r in history]
+    return float(np.median(values)) if values else 0.0
+
+
+def load_trained(run: Run, cfg: Config, device: torch.device, spec=None) -> Decoder:
+    """The run's trained model from its checkpoint, optionally with other (eval-time) scheme options."""
+    ckpt = torch.load(run.checkpoint, map_location=device, weights_only=False)
+    model = build_model(cfg, int(ckpt["vocab_size"]), spec).to(device)
+    model.load_state_dict(ckpt["model"])
+    return model.eval()
