@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pe_bench import schemes
@@ -19,7 +20,7 @@ from pe_bench.data import DataError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.")
-console = Console()
+console = Console(highlight=False)
 err = Console(stderr=True)
 
 OVERRIDES_HELP = "Hydra overrides, e.g. scheme=rope model.n_layers=2 train=smoke eval.lengths=[64,128]"
@@ -33,7 +34,7 @@ def friendly(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except (ConfigError, DataError) as e:
-            err.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err.print("interrupted: run the same command again to resume from the last checkpoint")
@@ -43,7 +44,7 @@ def friendly(fn: Callable) -> Callable:
         except Exception as e:  # noqa: BLE001
             if os.environ.get("PE_BENCH_DEBUG"):
                 raise
-            err.print(f"[bold red]error:[/] {type(e).__name__}: {e} (PE_BENCH_DEBUG=1 shows the traceback)",
+            err.print(f"[bold red]error:[/] {escape(f'{type(e).__name__}: {e}')} (PE_BENCH_DEBUG=1 shows the traceback)",
                       highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
@@ -119,9 +120,9 @@ def sweep(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_H
         label = " ".join(point)
         if is_done(run):
             status["skipped"] += 1
-            console.print(f"[{i}/{len(points)}] {label}: already done, skipped ({run.path})")
+            console.print(escape(f"[{i}/{len(points)}] {label}: already done, skipped ({run.path})"))
         else:
-            console.print(f"[{i}/{len(points)}] {label}: training → {run.path}")
+            console.print(escape(f"[{i}/{len(points)}] {label}: training → {run.path}"))
             try:
                 run_one(cfg, progress=progress)
                 status["done"] += 1
@@ -129,7 +130,7 @@ def sweep(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_H
                 raise
             except Exception as e:  # noqa: BLE001 - a failing point never stops the others
                 status["failed"] += 1
-                err.print(f"[{i}/{len(points)}] {label}: failed: {type(e).__name__}: {e}", highlight=False)
+                err.print(escape(f"[{i}/{len(points)}] {label}: failed: {type(e).__name__}: {e}"), highlight=False)
         meta = run.meta()
         summary.add_row(run.path.name, meta.get("status", "?"), f"{meta.get('train_tokens_per_s', '')}",
                         f"{meta.get('wall_seconds', '')}")

@@ -227,6 +227,9 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
     from hydra import initialize_config_dir
     from hydra.errors import HydraException, MissingConfigException
 
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="pe_bench_schema", node=Config)  # config.yaml's first default
     overrides = list(overrides)
     _check_group_choices(overrides)
     try:
@@ -259,6 +262,10 @@ def _hydra_message(e: BaseException) -> str:
         e = e.__cause__
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     text = " ".join(lines)
+    if text.startswith("Error merging override") and e.__cause__ is not None:
+        key = text.split("override ", 1)[1].split("=", 1)[0]
+        cause = str(e.__cause__).strip().splitlines()[0]
+        return f"bad value for '{key}': {cause}"
     if "Could not override" in text or "not in struct" in text or "Key '" in text:
         key = lines[0].split("'")[1] if "'" in lines[0] else "?"
         group = key.split(".")[0]

@@ -143,7 +143,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         except LengthNotSupported as e:
             for mode in [m for m in ecfg.modes if m != "per_position"]:
                 rows.append({**common, "mode": mode, "stride": length if mode == "nonoverlapping" else min(stride, length),
-                             "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0, "status": "n/a", "note": str(e)})
+                             "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": str(e)})
     return rows, pos_rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from rich.markup import escape
 from rich.table import Table
 
 from pe_bench.runs import Run, atomic_write_text, read_csv
@@ -27,25 +28,24 @@ def collect(runs: list[Run]) -> pd.DataFrame:
 
 def comparison(df: pd.DataFrame, mode: str) -> pd.DataFrame:
     """Perplexity table for one mode: index (scheme, L_train), one column per eval length, mean over seeds;
-    'n/a' where the scheme cannot run at that length. Column 'seeds' counts seeds; 'longest/L' is the ratio of
-    the perplexity at the longest length to the one at the training length."""
+    'n/a' where the scheme cannot run at that length. Column 'longest/L' is the ratio of the perplexity at the
+    longest length to the one at the training length; 'seeds' counts seeds."""
     d = df[df["mode"] == mode]
     if d.empty:
         return pd.DataFrame()
-    order = list(dict.fromkeys(zip(d["scheme"], d["L_train"])))
-    lengths = sorted(d["L_eval"].unique())
-    table = d.pivot_table(index=["scheme", "L_train"], columns="L_eval", values="ppl", aggfunc="mean", dropna=False)
-    table = table.reindex(index=pd.MultiIndex.from_tuples(order, names=["scheme", "L_train"]), columns=lengths)
-    seeds = d.groupby(["scheme", "L_train"])["seed"].nunique().reindex(table.index)
-    out = table.copy().astype(object)
-    for (scheme, L), row in table.iterrows():
-        base = row.get(L)
-        last = row[lengths[-1]]
-        out.loc[(scheme, L), "longest/L"] = round(last / base, 3) if pd.notna(base) and pd.notna(last) else "n/a"
-    out = out.map(lambda v: "n/a" if isinstance(v, float) and pd.isna(v) else (round(v, 3) if isinstance(v, float) else v))
-    out["seeds"] = seeds.values
-    out.columns = [str(c) for c in out.columns]
-    return out
+    lengths = sorted(int(x) for x in d["L_eval"].unique())
+    mean = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].mean()
+    seeds = d.groupby(["scheme", "L_train"], sort=False)["seed"].nunique()
+    rows, index = [], []
+    for scheme, L in dict.fromkeys(zip(d["scheme"], d["L_train"])):
+        cells = {str(n): mean.get((scheme, L, n), float("nan")) for n in lengths}
+        base, last = cells.get(str(L), float("nan")), cells[str(lengths[-1])]
+        row = {k: "n/a" if pd.isna(v) else round(float(v), 3) for k, v in cells.items()}
+        row["longest/L"] = "n/a" if pd.isna(base) or pd.isna(last) else round(float(last / base), 3)
+        row["seeds"] = int(seeds[(scheme, L)])
+        rows.append(row)
+        index.append((scheme, int(L)))
+    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
 
 
 def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "") -> list[Path]:
@@ -86,10 +86,10 @@ def _markdown(t: pd.DataFrame) -> str:
 
 def rich_table(t: pd.DataFrame, title: str) -> Table:
     table = Table(title=title, header_style="bold")
-    table.add_column("scheme")
+    table.add_column("scheme", no_wrap=True)
     table.add_column("L", justify="right")
     for c in t.columns:
         table.add_column(c, justify="right")
     for (scheme, L), row in t.iterrows():
-        table.add_row(str(scheme), str(L), *[str(v) for v in row.values])
+        table.add_row(escape(str(scheme)), str(L), *[str(v) for v in row.values])
     return table

@@ -89,13 +89,14 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, corpus.vocab_size).to(device)
     opt = make_optimizer(model, tc, device)
-    step, history = 0, []
+    step, history, window_losses = 0, [], []
     if run.checkpoint.exists():
         ckpt = torch.load(run.checkpoint, map_location=device, weights_only=False)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         step = int(ckpt["step"])
         history = [r for r in read_csv(run.train_csv) if int(r["step"]) <= step]
+        window_losses = list(ckpt.get("log_window", []))  # losses since the last log line
     if step >= tc.steps:
         return model.eval()
 
@@ -107,7 +108,6 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
     bar = tqdm(range(step, tc.steps), initial=step, total=tc.steps, desc=run.path.name, unit="step",
                disable=None if progress else True, dynamic_ncols=True, leave=False)
     t_start = t_log = time.perf_counter()
-    window_losses: list[float] = []
     elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
     for step in bar:
         lr = lr_at(step, tc)
@@ -141,7 +141,8 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             window_losses, t_log = [], time.perf_counter()
         if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
             atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": done,
-                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size}, run.checkpoint)
+                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size, "log_window": window_losses},
+                        run.checkpoint)
     bar.close()
     seconds = time.perf_counter() - t_start
     run.update_meta(train_seconds=round(elapsed_before + seconds, 2),

@@ -1,0 +1,115 @@
+"""The command line as a user meets it: train, eval, sweep, schemes, and one-line errors with exit code 2."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pe_bench import schemes
+from pe_bench.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def only_run(results):
+    runs = sorted((results / "runs").iterdir())
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_train_writes_a_complete_run_directory(smoke_args, tmp_path):
+    r = invoke("train", "scheme=alibi", *smoke_args, "--no-progress")
+    assert r.exit_code == 0, r.output
+    run = only_run(tmp_path / "results")
+    assert run.name.startswith("alibi-tiny-shakespeare-L32-s0-")
+    assert {p.name for p in run.iterdir()} == {"config.yaml", "train.csv", "eval.csv", "positions.csv",
+                                               "meta.json", "checkpoint.pt"}
+    ev = pd.read_csv(run / "eval.csv")
+    assert len(ev) == 8 and set(ev["mode"]) == {"nonoverlapping", "sliding"}
+    assert list(ev.columns[:10]) == ["scheme", "base_scheme", "model", "data", "L_train", "L_eval", "ratio", "mode",
+                                     "stride", "loss"]
+    meta = pd.read_json(run / "meta.json", typ="series")
+    assert meta["status"] == "done" and meta["torch"] and meta["train_tokens_per_s"] > 0
+    assert "perplexity" in r.output
+
+
+def test_eval_reevaluates_a_saved_run_without_retraining(smoke_args, tmp_path):
+    assert invoke("train", "scheme=learned", *smoke_args, "--no-progress").exit_code == 0
+    run = only_run(tmp_path / "results")
+    ckpt_mtime = (run / "checkpoint.pt").stat().st_mtime_ns
+    ev = pd.read_csv(run / "eval.csv")
+    base = ev[ev["scheme"] == "learned"]
+    assert set(base[base["status"] == "not_applicable"]["L_eval"]) == {64, 128, 256}  # past the 32-row table
+    assert {"learned[beyond_table=clamp]", "learned[beyond_table=extend]"} <= set(ev["scheme"])
+    assert (ev[ev["scheme"] != "learned"]["status"] == "ok").all()
+
+    r = invoke("eval", str(run), "eval.lengths=[32,512]", "eval.modes=[nonoverlapping]", "eval.variants=false")
+    assert r.exit_code == 0, r.output
+    ev2 = pd.read_csv(run / "eval.csv")
+    assert 512 in set(ev2["L_eval"]) and len(ev2) == len(ev) + 1  # 32 replaced, 512 added
+    assert (run / "checkpoint.pt").stat().st_mtime_ns == ckpt_mtime
+
+
+def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
+    r = invoke("sweep", "scheme=nope,alibi", *smoke_args, "--no-progress")
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "results" / "comparison.csv")
+    assert set(table["scheme"]) == {"nope", "alibi"} and set(table["mode"]) == {"nonoverlapping", "sliding"}
+    assert {"32", "64", "128", "256", "longest/L", "seeds"} <= set(table.columns)
+    assert "| alibi | 32 |" in (tmp_path / "results" / "comparison.md").read_text()
+    again = invoke("sweep", "scheme=nope,alibi", *smoke_args, "--no-progress")
+    assert "2 skipped" in again.output and "0 trained" in again.output
+
+
+def test_schemes_lists_every_registered_scheme_on_one_line():
+    out = invoke("schemes").output.strip().splitlines()
+    assert [line.split()[0] for line in out] == schemes.available()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["scheme=nosuch"], "unknown scheme 'nosuch'; choose one of: alibi"),
+    (["model=huge"], "unknown model preset 'huge'; choose one of: base, small, tiny"),
+    (["model.n_layer=2"], "unknown config key 'model.n_layer'; valid keys in model: name, n_layers"),
+    (["model.n_layers=two"], "bad value for 'model.n_layers'"),
+    (["scheme=rope", "scheme.layout=diagonal"], "scheme.layout must be one of half, interleaved"),
+    (["scheme=rope", "scheme.bas=1"], "unknown config key 'scheme.bas'"),
+    (["eval.modes=[nonoverlapping,strided]"], "eval.modes has ['strided']"),
+    (["data=local"], "data.source=local needs data.path"),
+    (["model.d_model=100", "model.n_heads=3"], "must be divisible by model.n_heads=3"),
+])
+def test_config_errors_are_one_line_and_exit_2(args, message, tmp_path):
+    r = runner.invoke(app, ["train", *args, f"results_dir={tmp_path}"])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_eval_refuses_overrides_that_would_not_match_the_checkpoint(smoke_args, tmp_path):
+    assert invoke("train", "scheme=nope", *smoke_args, "--no-progress").exit_code == 0
+    run = only_run(tmp_path / "results")
+    r = runner.invoke(app, ["eval", str(run), "model.n_layers=4"])
+    assert r.exit_code == 2 and "'model.n_layers' cannot be changed here" in r.output
+    r = runner.invoke(app, ["eval", str(tmp_path / "nowhere")])
+    assert r.exit_code == 2 and "is not a trained run directory" in r.output
+
+
+def test_too_short_validation_split_fails_before_training(tmp_path):
+    path = tmp_path / "small.txt"
+    path.write_text("a short corpus line\n" * 3000)  # 60 KB: validation ≈ 3 KB < 4 × 8 × 128
+    r = runner.invoke(app, ["train", "data=local", f"data.path={path}", "train.seq_len=128", f"results_dir={tmp_path}"])
+    assert r.exit_code == 2 and "the evaluation split has" in r.output and "shorter eval.lengths" in r.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_console_script_errors_without_traceback(tmp_path):
+    exe = [sys.executable, "-m", "pe_bench"]
+    p = subprocess.run([*exe, "train", "scheme=nosuch"], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "unknown scheme 'nosuch'" in p.stderr

@@ -1,0 +1,102 @@
+"""Corpora through the real `datasets` library, tokenizers, the token cache."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from pe_bench import data
+from pe_bench.config import compose
+from pe_bench.data import DataError, load_tokens, random_batch
+
+
+def test_embedded_corpus_split_by_whole_plays_deterministically():
+    plays = data.embedded_plays()
+    assert [len(plays[s]) for s in ("train", "validation", "test")] == [34, 2, 2]
+    titles = {s: {t for t, _ in plays[s]} for s in plays}
+    assert not (titles["train"] & titles["validation"]) and not (titles["train"] & titles["test"])
+    assert plays == data.embedded_plays()
+    text = plays["validation"][0][1]
+    assert "**" not in text and "# " not in text and len(text) > 50_000
+
+
+def test_embedded_tokens_are_cached(monkeypatch, tmp_path):
+    cfg = compose([]).data
+    first = load_tokens(cfg, tmp_path)
+    assert first.vocab_size == 256 and len(first.splits["validation"]) > 100_000
+    monkeypatch.setattr(data, "load_corpus", lambda _: pytest.fail("re-tokenized despite the cache"))
+    second = load_tokens(cfg, tmp_path)
+    np.testing.assert_array_equal(first.splits["validation"], second.splits["validation"])
+    assert bytes(second.splits["validation"][:200]).decode("utf-8", "ignore").strip()
+
+
+def test_local_text_file_is_split_contiguously_at_line_breaks(tmp_path):
+    lines = [f"line {i} of a local corpus" for i in range(2000)]
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n")
+    cfg = compose(["data=local", f"data.path={path}"]).data
+    toks = load_tokens(cfg, tmp_path / "cache")
+    parts = {s: bytes(toks.splits[s]).decode() for s in ("train", "validation", "test")}
+    assert parts["train"] + parts["validation"] + parts["test"] == path.read_text()
+    assert parts["validation"].startswith("line ") and parts["test"].startswith("line ")
+    assert 0.04 < len(parts["test"]) / len(path.read_text()) < 0.06
+
+
+def test_local_json_with_a_text_field(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(json.dumps({"body": f"document number {i}. " * 5}) for i in range(300)))
+    cfg = compose(["data=local", f"data.path={path}", "data.format=json", "data.text_field=body"]).data
+    toks = load_tokens(cfg, tmp_path / "cache")
+    assert bytes(toks.splits["train"][:17]).decode() == "document number 0"
+    bad = compose(["data=local", f"data.path={path}", "data.format=json"]).data
+    with pytest.raises(DataError, match="no column 'text'"):
+        load_tokens(bad, tmp_path / "cache2")
+
+
+def _hub_shaped_repo(root):
+    """A local dataset repository laid out like Salesforce/wikitext on the hub (parquet per config and split)."""
+    (root / "wikitext-2-raw-v1").mkdir(parents=True)
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: wikitext-2-raw-v1\n  data_files:\n"
+        "  - split: train\n    path: wikitext-2-raw-v1/train-*\n"
+        "  - split: validation\n    path: wikitext-2-raw-v1/validation-*\n"
+        "  - split: test\n    path: wikitext-2-raw-v1/test-*\n---\n")
+    for split, n in (("train", 400), ("validation", 60), ("test", 60)):
+        rows = [f" = Heading {i} = \n" if i % 10 == 0 else f" {split} sentence {i} . \n" for i in range(n)]
+        pq.write_table(pa.table({"text": rows}), root / "wikitext-2-raw-v1" / f"{split}-00000-of-00001.parquet")
+
+
+def test_hub_code_path_with_a_repository_of_the_same_shape(tmp_path):
+    _hub_shaped_repo(tmp_path / "wikitext")
+    cfg = compose(["data=wikitext2", f"data.path={tmp_path / 'wikitext'}"]).data
+    toks = load_tokens(cfg, tmp_path / "cache")
+    val = bytes(toks.splits["validation"]).decode()
+    assert val.startswith(" = Heading 0 = \n validation sentence 1 . \n")  # rows joined with "" (data.doc_separator)
+
+
+def test_hub_failure_is_one_clear_line():
+    cfg = compose(["data=wikitext103", "data.path=no-such-org/no-such-dataset-xyz"]).data
+    with pytest.raises(DataError, match="could not load hub dataset .* without internet use data=local"):
+        data.load_corpus(cfg)
+
+
+def test_bpe_tokenizer_trained_locally_counts_bytes_exactly(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"The quick brown fox {i} jumps over the lazy dog — naïve café.\n" for i in range(3000)))
+    cfg = compose(["data=local", f"data.path={path}", "data.tokenizer=bpe", "data.vocab_size=400"]).data
+    toks = load_tokens(cfg, tmp_path / "cache")
+    assert 256 < toks.vocab_size <= 400
+    tok = data.get_tokenizer(toks, cfg)
+    text = tok.decode(toks.splits["test"].tolist())
+    assert int(toks.token_bytes[toks.splits["test"]].sum()) == len(text.encode("utf-8"))
+    assert len(toks.splits["test"]) < len(text.encode("utf-8")) / 2  # BPE actually merges
+
+
+def test_random_batch_targets_are_inputs_shifted_by_one():
+    tokens = np.arange(1000, dtype=np.uint16)
+    x, y = random_batch(tokens, 4, 16, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (4, 16)
+    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y - x, torch.ones_like(x))

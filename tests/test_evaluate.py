@@ -1,0 +1,99 @@
+"""The evaluation protocols: token bookkeeping, sliding vs nonoverlapping, per-position curves, short splits."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pe_bench.config import compose
+from pe_bench.data import DataError
+from pe_bench.evaluate import eval_lengths, evaluate, score_windows, scored_span
+from pe_bench.build import build_model
+
+DEV = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 256).eval()
+    tokens = np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)
+    return cfg, model, tokens, np.ones(256, dtype=np.int64)
+
+
+def test_sliding_with_stride_equal_to_length_is_nonoverlapping(setup):
+    _, model, tokens, tb = setup
+    a = score_windows(model, tokens, tb, 32, 32, 1024, 512, DEV, False)
+    b = score_windows(model, tokens, tb, 32, 32, 1024, 10_000, DEV, False)  # other batching, same numbers
+    assert a.tokens == b.tokens == 1024
+    assert a.nll == pytest.approx(b.nll, rel=1e-6)
+
+
+def test_nonoverlapping_is_the_token_weighted_mean_over_blocks(setup):
+    _, model, tokens, tb = setup
+    s = score_windows(model, tokens, tb, 32, 32, 256, 512, DEV, False)
+    x = torch.from_numpy(tokens[:257].astype(np.int64))
+    blocks_in, blocks_out = x[:-1].view(8, 32), x[1:].view(8, 32)
+    with torch.no_grad():
+        ref = F.cross_entropy(model(blocks_in).flatten(0, 1), blocks_out.flatten()).item()
+    assert s.loss == pytest.approx(ref, rel=1e-5)
+    assert s.bpb == pytest.approx(ref / math.log(2), rel=1e-5)  # byte tokenizer: one byte per token
+
+
+@pytest.mark.parametrize("stride", [1, 5, 8, 32])
+def test_sliding_scores_every_token_once_with_full_context(setup, stride):
+    _, model, tokens, tb = setup
+    s = score_windows(model, tokens, tb, 32, stride, 300, 512, DEV, False)
+    assert s.tokens == 300
+    # after the first window, only the last `stride` positions (or fewer, at the end) are scored
+    assert s.pos_count[: 32 - stride].sum() == 32 - stride
+    if stride == 1:  # S = 1 is exact: each token after the first window sees 31 tokens of context
+        assert s.pos_count[-1] == 300 - 31
+
+
+def test_sliding_differs_from_nonoverlapping_for_small_strides(setup):
+    _, model, tokens, tb = setup
+    a = score_windows(model, tokens, tb, 32, 32, 512, 512, DEV, False)
+    b = score_windows(model, tokens, tb, 32, 4, 512, 512, DEV, False)
+    assert a.tokens == b.tokens and a.nll != b.nll
+
+
+def test_evaluate_rows_and_position_curves(setup):
+    cfg, model, tokens, tb = setup
+    rows, pos = evaluate(model, cfg, tokens, tb, DEV)
+    assert [r["L_eval"] for r in rows if r["mode"] == "nonoverlapping"] == [16, 32, 64, 128]
+    assert {r["mode"] for r in rows} == {"nonoverlapping", "sliding"}
+    for r in rows:
+        assert r["status"] == "ok" and r["ppl"] == pytest.approx(math.exp(r["loss"]), rel=1e-4)
+        assert r["tokens_scored"] == (2048 if r["mode"] == "nonoverlapping" else 512)
+        assert r["stride"] == (r["L_eval"] if r["mode"] == "nonoverlapping" else 16)
+    for length in (16, 128):  # every scored token lands in exactly one position bucket
+        assert sum(p["tokens"] for p in pos if p["L_eval"] == length) == 2048
+        assert max(p["pos_end"] for p in pos if p["L_eval"] == length) == length
+
+
+def test_learned_lengths_past_the_table_are_reported_not_applicable():
+    cfg = compose(["scheme=learned", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke"])
+    model = build_model(cfg, 256).eval()
+    tokens = np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)
+    rows, _ = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV)
+    na = [r for r in rows if r["status"] == "not_applicable"]
+    assert {r["L_eval"] for r in na} == {32, 64, 128}
+    assert all("16 rows" in r["note"] and r["ppl"] == "" for r in na)
+
+
+def test_scored_span_is_a_multiple_of_the_longest_length_and_refuses_short_splits():
+    assert scored_span(10_000, 4096, 512) == 4096
+    assert scored_span(3_000, 65_536, 512) == 2560
+    with pytest.raises(DataError, match="needs at least 2049"):
+        scored_span(2_000, 65_536, 512)
+
+
+def test_eval_lengths_from_ratios_or_explicit():
+    cfg = compose(["train.seq_len=64"])
+    assert eval_lengths(cfg.eval, 64) == [64, 128, 256, 512]
+    cfg = compose(["eval.lengths=[100,50]"])
+    assert eval_lengths(cfg.eval, 64) == [50, 100]

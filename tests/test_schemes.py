@@ -1,0 +1,155 @@
+"""The conformance suite every registered scheme passes automatically, plus the registry/YAML contract."""
+
+import dataclasses
+
+import pytest
+import torch
+import yaml
+
+from pe_bench import schemes
+from pe_bench.config import config_dir, scheme_spec, with_options
+from pe_bench.model import Decoder, ModelArgs
+from pe_bench.schemes import LengthNotSupported, ModelShape
+
+ALL = schemes.available()
+RELATIVE = [n for n in ALL if schemes.get(n).relative]
+ABSOLUTE = [n for n in ALL if not schemes.get(n).relative and "input" in schemes.get(n).acts_on]
+L_TRAIN = 16
+
+
+def scheme_yaml(name):
+    return yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text())
+
+
+def tiny_model(name, options=None, seed=0):
+    torch.manual_seed(seed)
+    spec = scheme_spec(scheme_yaml(name))
+    if options:
+        spec = with_options(spec, options)
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN)
+    model = Decoder(ModelArgs(vocab_size=50, n_layers=2, d_model=32, n_heads=4), spec.cls(spec.options, shape))
+    # Learned tables start at zero in some schemes (T5): perturb every parameter so the tests see a real signal.
+    with torch.no_grad():
+        for p in model.scheme.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return model.eval()
+
+
+def runnable_at(name, length):
+    """The scheme's default model, or, if it refuses the length, each of its declared eval variants."""
+    model = tiny_model(name)
+    try:
+        model(torch.zeros(1, length, dtype=torch.long))
+        return [model]
+    except LengthNotSupported:
+        variants = scheme_spec(scheme_yaml(name)).eval_variants
+        assert variants, f"{name} refuses length {length} and declares no eval variant that runs there"
+        return [tiny_model(name, v) for v in variants]
+
+
+def test_registry_matches_yaml_files():
+    files = sorted(p.stem for p in (config_dir() / "scheme").glob("*.yaml"))
+    assert files == ALL
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_yaml_declares_exactly_the_scheme_options(name):
+    cfg = scheme_yaml(name)
+    assert cfg["name"] == name
+    cls = schemes.get(name)
+    fields = {f.name for f in dataclasses.fields(cls.Options)}
+    assert set(cfg) - {"name", "eval_variants"} == fields
+    defaults = cls.Options()
+    for f in fields:  # the YAML documents the defaults; it does not silently change them
+        assert cfg[f] == getattr(defaults, f), f"{name}.{f}: YAML {cfg[f]!r} != default {getattr(defaults, f)!r}"
+    assert cls.description and cls.citation and set(cls.acts_on) <= {"input", "qk", "scores"}
+
+
+@pytest.mark.parametrize("ratio", [1, 8])
+@pytest.mark.parametrize("name", ALL)
+def test_causal(name, ratio):
+    """Changing token t+1 leaves the logits at positions <= t unchanged."""
+    T, t = L_TRAIN * ratio, L_TRAIN * ratio // 2
+    idx = torch.randint(0, 50, (2, T), generator=torch.Generator().manual_seed(1))
+    changed = idx.clone()
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 7) % 50
+    for model in runnable_at(name, T):
+        with torch.no_grad():
+            a, b = model(idx), model(changed)
+        torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-5)
+        assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_runs_at_8x_with_finite_outputs_and_gradients(name):
+    for model in runnable_at(name, 8 * L_TRAIN):
+        model.train()
+        idx = torch.randint(0, 50, (2, 8 * L_TRAIN))
+        logits = model(idx)
+        assert torch.isfinite(logits).all()
+        logits.logsumexp(-1).mean().backward()
+        for n, p in model.named_parameters():
+            assert p.grad is None or torch.isfinite(p.grad).all(), n
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_learned_scheme_parameters_receive_gradient(name):
+    model = tiny_model(name).train()
+    model(torch.randint(0, 50, (2, L_TRAIN))).logsumexp(-1).mean().backward()
+    for n, p in model.scheme.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, f"{name}: {n} gets no gradient"
+
+
+@pytest.mark.parametrize("name", RELATIVE)
+def test_relative_schemes_are_shift_invariant(name):
+    """Shifting every position by the same offset leaves the model's outputs unchanged."""
+    model = tiny_model(name)
+    idx = torch.randint(0, 50, (2, L_TRAIN))
+    pos = torch.arange(L_TRAIN)
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx, pos), model(idx, pos + 37), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", RELATIVE)
+def test_relative_attention_scores_are_shift_invariant(name):
+    """The pre-softmax logits q·k/√d + bias, built from the scheme's hooks, depend only on i − j."""
+    model = tiny_model(name)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 4, L_TRAIN, 8, generator=g), torch.randn(1, 4, L_TRAIN, 8, generator=g)
+
+    def scores(offset):
+        pos = torch.arange(L_TRAIN) + offset
+        qr, kr = model.scheme.rotate(q, k, pos)
+        s = qr @ kr.transpose(-1, -2) / 8**0.5
+        bias = model.scheme.score_bias(pos, pos)
+        return s if bias is None else s + bias
+
+    torch.testing.assert_close(scores(0), scores(123), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ABSOLUTE)
+def test_absolute_schemes_are_not_shift_invariant(name):
+    """The shift test above can fail: absolute schemes do change under a shift."""
+    model = tiny_model(name, {"beyond_table": "clamp"} if name == "learned" else None)
+    idx = torch.randint(0, 50, (2, 8))
+    pos = torch.arange(8)
+    with torch.no_grad():
+        assert not torch.allclose(model(idx, pos), model(idx, pos + 5), atol=1e-4)
+
+
+def test_leaky_scheme_is_caught_by_the_causality_check():
+    """A scheme that mixes in the next token's embedding must fail the causal check used above."""
+
+    class Leaky(schemes.Scheme):  # not registered: no name
+        def embed(self, x, positions):
+            return x + torch.roll(x, shifts=-1, dims=1)
+
+    torch.manual_seed(0)
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN)
+    model = Decoder(ModelArgs(vocab_size=50, n_layers=1, d_model=32, n_heads=4), Leaky(None, shape)).eval()
+    idx = torch.randint(0, 50, (1, L_TRAIN))
+    changed = idx.clone()
+    changed[:, 9:] = (changed[:, 9:] + 1) % 50
+    with torch.no_grad():
+        assert not torch.allclose(model(idx)[:, :9], model(changed)[:, :9], atol=1e-5)
+    assert "Leaky" not in [c.__name__ for c in schemes.REGISTRY.values()]
