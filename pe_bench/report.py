@@ -61,7 +61,9 @@ def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "") -> list[Path]
         parts.append(flat)
         stride = sorted(df[df["mode"] == mode]["stride"].unique())
         what = "non-overlapping blocks" if mode == "nonoverlapping" else f"sliding window, stride S={_fmt(stride)}"
-        md.append(f"\n## Perplexity, {what} (columns: eval length in tokens)\n\n{_markdown(t)}\n")
+        scored = sorted(int(x) for x in df[(df["mode"] == mode) & (df["tokens_scored"] > 0)]["tokens_scored"].unique())
+        md.append(f"\n## Perplexity, {what} (columns: eval length in tokens; {_fmt(scored)} tokens scored per "
+                  f"length)\n\n{_markdown(t)}\n")
     paths = []
     if parts:
         csv_path = out_dir / "comparison.csv"

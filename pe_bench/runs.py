@@ -117,5 +117,7 @@ class Run:
 
     @staticmethod
     def environment(device: torch.device) -> dict[str, Any]:
-        return {"git_sha": git_sha(), "torch": torch.__version__, "python": platform.python_version(),
+        from pe_bench import __version__
+
+        return {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch.__version__, "python": platform.python_version(),
                 "device": device_name(device), "host": platform.node()}

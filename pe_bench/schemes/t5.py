@@ -26,6 +26,9 @@ def t5_bucket(distance: torch.Tensor, num_buckets: int = 32, max_distance: int =
 class T5Options:
     num_buckets: int = 32
     max_distance: int = 128
+    # T5 adds its bias to unscaled q·k; here logits are q·k/√d. x-transformers multiplies the bias by √d_head to
+    # compensate (which, under Adam, also gives the table a √d larger effective step). null = √d_head; 1.0 = plain.
+    scale: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_buckets < 2 or self.max_distance <= self.num_buckets // 2:
@@ -43,7 +46,8 @@ class T5Bias(Scheme):
     def __init__(self, options: T5Options, shape: ModelShape) -> None:
         super().__init__(options, shape)
         self.table = nn.Parameter(torch.zeros(shape.n_heads, options.num_buckets))  # starts as NoPE
+        self.scale = options.scale if options.scale is not None else math.sqrt(shape.head_dim)
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         buckets = t5_bucket(q_pos[:, None] - k_pos[None, :], self.options.num_buckets, self.options.max_distance)
-        return self.table[:, buckets]  # (H, Tq, Tk)
+        return self.scale * self.table[:, buckets]  # (H, Tq, Tk)
