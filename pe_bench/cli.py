@@ -51,15 +51,15 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
-def _print_run_table(run_path: Path) -> None:
+def _print_run_table(run_path: Path, split: str) -> None:
     from pe_bench.report import collect, comparison, rich_table
     from pe_bench.runs import Run
 
     df = collect([Run(run_path)])
     for mode in ("nonoverlapping", "sliding"):
-        t = comparison(df, mode)
+        t = comparison(df, mode, split)
         if not t.empty:
-            console.print(rich_table(t, f"perplexity — {mode}"))
+            console.print(rich_table(t, f"perplexity on {split} — {mode}"))
 
 
 @app.command()
@@ -71,7 +71,7 @@ def train(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_H
 
     cfg = compose(overrides or [])
     run = run_one(cfg, progress=progress)
-    _print_run_table(run.path)
+    _print_run_table(run.path, cfg.eval.split)
     meta = run.meta()
     console.print(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train, "
                   f"{meta.get('wall_seconds')} s wall)")
@@ -92,7 +92,7 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                           "train one with `pe-bench train`")
     cfg = apply_overrides(from_yaml(run.config), overrides or [], allowed=("eval", "scheme"))
     evaluate_run(run, cfg)
-    _print_run_table(run.path)
+    _print_run_table(run.path, cfg.eval.split)
     console.print(f"updated {run.eval_csv}")
 
 
@@ -139,12 +139,13 @@ def sweep(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_H
     console.print(summary)
     df = collect(runs)
     if not df.empty:
+        split = configs[0].eval.split
         for mode in ("nonoverlapping", "sliding"):
-            t = comparison(df, mode)
+            t = comparison(df, mode, split)
             if not t.empty:
-                console.print(rich_table(t, f"perplexity — {mode} (columns: eval length)"))
+                console.print(rich_table(t, f"perplexity on {split} — {mode} (columns: eval length)"))
         title = f"pe-bench sweep {' '.join(overrides or [])}".strip()
-        for p in write_tables(df, Path(configs[0].results_dir), title):
+        for p in write_tables(df, Path(configs[0].results_dir), title, split):
             console.print(f"wrote {p}")
     console.print(f"{len(points)} points: {status['done']} trained, {status['skipped']} skipped, "
                   f"{status['failed']} failed in {time.perf_counter() - t0:.0f} s")

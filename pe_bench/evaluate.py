@@ -24,13 +24,14 @@ import torch.nn.functional as F
 
 from pe_bench.config import Config, EvalConfig
 from pe_bench.data import DataError
+from pe_bench.device import use_bf16
 from pe_bench.model import Decoder
 from pe_bench.schemes import LengthNotSupported
 
-EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "L_train", "L_eval", "ratio", "mode", "stride", "loss",
-                "ppl", "bpb", "tokens_scored", "seed", "status", "note"]
-POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "L_train", "L_eval", "ratio", "pos_start", "pos_end",
-                    "loss", "tokens", "seed"]
+EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride",
+                "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note"]
+POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "pos_start",
+                    "pos_end", "loss", "tokens", "seed"]
 MIN_WINDOWS = 4  # the longest eval length must fit this many times in the scored span
 
 
@@ -74,7 +75,7 @@ def check_feasible(cfg: Config, n_tokens: int) -> None:
 
 @torch.inference_mode()
 def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, length: int, stride: int, span: int,
-                  tokens_per_batch: int, device: torch.device, autocast: bool) -> Score:
+                  tokens_per_batch: int, device: torch.device, bf16: bool = False) -> Score:
     """Score targets 1..span of `tokens` with windows of `length` advancing by `stride`.
 
     Window k ends at e_k = length + k·stride (the last one capped at span) and scores its last e_k − e_{k−1} targets
@@ -88,7 +89,7 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
     score = Score(pos_nll=np.zeros(length), pos_count=np.zeros(length))
     per_batch = max(1, tokens_per_batch // length)
     tb = torch.as_tensor(token_bytes, device=device)
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else nullcontext()
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
     for i in range(0, len(ends), per_batch):
         chunk = ends[i : i + per_batch]
         block = torch.from_numpy(np.stack([np.asarray(tokens[e - length : e + 1], dtype=np.int64) for e, _ in chunk]))
@@ -119,9 +120,9 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     span = scored_span(len(tokens), ecfg.max_tokens, longest)
     sliding_span = scored_span(len(tokens), ecfg.sliding_max_tokens, longest)
     stride = ecfg.stride or L
-    autocast = device.type == "cuda"
+    bf16 = use_bf16(cfg.train, device)
     base = {"scheme": model.scheme.label(), "base_scheme": model.scheme.name, "model": cfg.model.name,
-            "data": cfg.data.name, "L_train": L, "seed": cfg.seed}
+            "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed}
     rows: list[dict] = []
     pos_rows: list[dict] = []
     model.eval()
@@ -130,7 +131,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         try:
             if {"nonoverlapping", "per_position"} & set(ecfg.modes):
                 s = score_windows(model, tokens, token_bytes, length, length, span, ecfg.tokens_per_batch, device,
-                                  autocast)
+                                  bf16)
                 if "nonoverlapping" in ecfg.modes:
                     rows.append(_row(common, "nonoverlapping", length, s))
                 if "per_position" in ecfg.modes:
@@ -138,7 +139,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
             if "sliding" in ecfg.modes:
                 st = min(stride, length)
                 s = score_windows(model, tokens, token_bytes, length, st, sliding_span, ecfg.tokens_per_batch,
-                                  device, autocast)
+                                  device, bf16)
                 rows.append(_row(common, "sliding", st, s))
         except LengthNotSupported as e:
             for mode in [m for m in ecfg.modes if m != "per_position"]:

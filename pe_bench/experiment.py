@@ -8,10 +8,11 @@ import torch
 
 from pe_bench.config import Config, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_tokens
+from pe_bench.device import resolve_device
 from pe_bench.evaluate import EVAL_COLUMNS, POSITION_COLUMNS, check_feasible, evaluate
 from pe_bench.model import Decoder
 from pe_bench.runs import Run, read_csv, run_dir_for, write_csv
-from pe_bench.train import load_trained, resolve_device, train
+from pe_bench.train import load_trained, train
 
 
 def is_done(run: Run) -> bool:
@@ -44,7 +45,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
 def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, device: torch.device | None = None,
                  model: Decoder | None = None) -> list[dict]:
     """Evaluate the run's model and its scheme's eval-time variants; merge the rows into eval.csv/positions.csv
-    (rows for the same scheme variant, length, mode and stride are replaced). Returns this evaluation's rows."""
+    (rows for the same scheme variant, split, length, mode and stride are replaced). Returns this evaluation's rows."""
     device = device or resolve_device(cfg.train.device)
     corpus = corpus or load_tokens(cfg.data, cfg.cache_dir)
     spec = scheme_spec(cfg.scheme)
@@ -61,8 +62,8 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
         r, p = evaluate(m, cfg, tokens, corpus.token_bytes, device)
         rows += r
         pos_rows += p
-    _merge(run.eval_csv, rows, EVAL_COLUMNS, ("scheme", "L_eval", "mode", "stride"))
-    _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, ("scheme", "L_eval", "pos_start"))
+    _merge(run.eval_csv, rows, EVAL_COLUMNS, ("scheme", "split", "L_eval", "mode", "stride"))
+    _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, ("scheme", "split", "L_eval", "pos_start"))
     return rows
 
 

@@ -26,11 +26,11 @@ def collect(runs: list[Run]) -> pd.DataFrame:
     return df
 
 
-def comparison(df: pd.DataFrame, mode: str) -> pd.DataFrame:
+def comparison(df: pd.DataFrame, mode: str, split: str = "validation") -> pd.DataFrame:
     """Perplexity table for one mode: index (scheme, L_train), one column per eval length, mean over seeds;
     'n/a' where the scheme cannot run at that length. Column 'longest/L' is the ratio of the perplexity at the
     longest length to the one at the training length; 'seeds' counts seeds."""
-    d = df[df["mode"] == mode]
+    d = df[(df["mode"] == mode) & (df["split"] == split)]
     if d.empty:
         return pd.DataFrame()
     lengths = sorted(int(x) for x in d["L_eval"].unique())
@@ -48,21 +48,22 @@ def comparison(df: pd.DataFrame, mode: str) -> pd.DataFrame:
     return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
 
 
-def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "") -> list[Path]:
-    """comparison.csv (every mode, wide) and comparison.md (one table per mode)."""
+def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "", split: str = "validation") -> list[Path]:
+    """comparison.csv (every mode, wide) and comparison.md (one table per mode), for one split."""
     out_dir.mkdir(parents=True, exist_ok=True)
     parts, md = [], [f"# {title}\n" if title else ""]
     for mode in MODES:
-        t = comparison(df, mode)
+        t = comparison(df, mode, split)
         if t.empty:
             continue
         flat = t.reset_index()
         flat.insert(0, "mode", mode)
         parts.append(flat)
-        stride = sorted(df[df["mode"] == mode]["stride"].unique())
+        d = df[(df["mode"] == mode) & (df["split"] == split)]
+        stride = sorted(d["stride"].unique())
         what = "non-overlapping blocks" if mode == "nonoverlapping" else f"sliding window, stride S={_fmt(stride)}"
-        scored = sorted(int(x) for x in df[(df["mode"] == mode) & (df["tokens_scored"] > 0)]["tokens_scored"].unique())
-        md.append(f"\n## Perplexity, {what} (columns: eval length in tokens; {_fmt(scored)} tokens scored per "
+        scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
+        md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; {_fmt(scored)} tokens scored per "
                   f"length)\n\n{_markdown(t)}\n")
     paths = []
     if parts:

@@ -4,40 +4,20 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from pe_bench.build import build_model
-from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
+from pe_bench.config import Config, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
+from pe_bench.device import autocast, use_compile
 from pe_bench.model import Decoder
 from pe_bench.runs import Run, atomic_save, read_csv, write_csv
 
 TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
 VAL_SEED = 1234
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name} but no CUDA GPU is visible; use train.device=cpu (or auto)")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-
-
-def use_bf16(tc: TrainConfig, device: torch.device) -> bool:
-    return tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
-
-
-def use_compile(tc: TrainConfig, device: torch.device) -> bool:
-    return tc.compile == "on" or (tc.compile == "auto" and device.type == "cuda")
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:
@@ -70,7 +50,7 @@ def validation_loss(model: Decoder, tokens: np.ndarray, tc: TrainConfig, device:
     was_training = model.training
     model.eval()
     g = torch.Generator().manual_seed(VAL_SEED)
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16(tc, device) else nullcontext()
+    ctx = autocast(tc, device)
     losses = []
     for _ in range(tc.val_batches):
         x, y = random_batch(tokens, tc.batch_size, tc.seq_len, g, device)
@@ -101,7 +81,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
         return model.eval()
 
     fwd = torch.compile(model) if use_compile(tc, device) else model
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16(tc, device) else nullcontext()
+    ctx = autocast(tc, device)
     train_tokens, val_tokens = corpus.splits["train"], corpus.splits["validation"]
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum
     model.train()

@@ -32,8 +32,8 @@ def test_train_writes_a_complete_run_directory(smoke_args, tmp_path):
                                                "meta.json", "checkpoint.pt"}
     ev = pd.read_csv(run / "eval.csv")
     assert len(ev) == 8 and set(ev["mode"]) == {"nonoverlapping", "sliding"}
-    assert list(ev.columns[:10]) == ["scheme", "base_scheme", "model", "data", "L_train", "L_eval", "ratio", "mode",
-                                     "stride", "loss"]
+    assert list(ev.columns[:11]) == ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio",
+                                     "mode", "stride", "loss"]
     meta = pd.read_json(run / "meta.json", typ="series")
     assert meta["status"] == "done" and meta["torch"] and meta["train_tokens_per_s"] > 0
     assert "perplexity" in r.output
@@ -54,6 +54,12 @@ def test_eval_reevaluates_a_saved_run_without_retraining(smoke_args, tmp_path):
     ev2 = pd.read_csv(run / "eval.csv")
     assert 512 in set(ev2["L_eval"]) and len(ev2) == len(ev) + 1  # 32 replaced, 512 added
     assert (run / "checkpoint.pt").stat().st_mtime_ns == ckpt_mtime
+
+    r = invoke("eval", str(run), "eval.split=test", "eval.lengths=[32]", "eval.modes=[nonoverlapping]",
+               "eval.variants=false")
+    assert r.exit_code == 0, r.output
+    ev3 = pd.read_csv(run / "eval.csv")
+    assert len(ev3) == len(ev2) + 1 and set(ev3["split"]) == {"validation", "test"}  # test rows sit beside
 
 
 def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):

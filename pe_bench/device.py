@@ -1,0 +1,33 @@
+"""Device and precision rules shared by the trainer and the evaluator."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+from pe_bench.config import ConfigError, TrainConfig
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name} but no CUDA GPU is visible; use train.device=cpu (or auto)")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+
+
+def use_bf16(tc: TrainConfig, device: torch.device) -> bool:
+    return tc.precision == "bf16" or (tc.precision == "auto" and device.type == "cuda")
+
+
+def use_compile(tc: TrainConfig, device: torch.device) -> bool:
+    return tc.compile == "on" or (tc.compile == "auto" and device.type == "cuda")
+
+
+def autocast(tc: TrainConfig, device: torch.device) -> AbstractContextManager:
+    """bf16 autocast where the config asks for it (auto: on CUDA), otherwise full precision."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16(tc, device) else nullcontext()
