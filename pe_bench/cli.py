@@ -20,7 +20,8 @@ from pe_bench.data import DataError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.")
-console = Console(highlight=False)
+# Off a terminal (logs, CI) rich would assume 80 columns and truncate numbers; tables are never cut.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 OVERRIDES_HELP = "Hydra overrides, e.g. scheme=rope model.n_layers=2 train=smoke eval.lengths=[64,128]"

@@ -93,14 +93,14 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
         lr = lr_at(step, tc)
         for group in opt.param_groups:
             group["lr"] = lr
-        total = 0.0
+        total = torch.zeros((), device=device)  # summed on the device: no host sync until a log line
         for micro in range(tc.grad_accum):
             x, y = random_batch(train_tokens, tc.batch_size, tc.seq_len, batch_generator(cfg.seed, step, micro), device)
             with ctx:
                 logits = fwd(x)
             loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / tc.grad_accum
             loss.backward()
-            total += loss.item()
+            total += loss.detach()
         if tc.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         opt.step()
@@ -109,6 +109,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
         done = step + 1
         is_last = done == tc.steps
         if done % tc.log_interval == 0 or is_last:
+            window_losses = [float(v) for v in window_losses]  # the one host sync per log interval
             now = time.perf_counter()
             tps = len(window_losses) * tokens_per_step / max(now - t_log, 1e-9)
             row = {"step": done, "loss": round(float(np.mean(window_losses)), 5), "lr": f"{lr:.3e}",
@@ -121,7 +122,8 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             window_losses, t_log = [], time.perf_counter()
         if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
             atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": done,
-                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size, "log_window": window_losses},
+                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size,
+                         "log_window": [float(v) for v in window_losses]},
                         run.checkpoint)
     bar.close()
     seconds = time.perf_counter() - t_start
