@@ -56,7 +56,7 @@ class DataConfig:
     splits: dict[str, str] = field(
         default_factory=lambda: {"train": "train", "validation": "validation", "test": "test"}
     )
-    files: dict[str, str] | None = None  # local: explicit {train: ..., validation: ..., test: ...} files
+    files: dict[str, str] = field(default_factory=dict)  # local: explicit {train: ..., validation: ..., test: ...}
     valid_fraction: float = 0.05  # local single source: last fractions become validation/test (contiguous)
     test_fraction: float = 0.05
     doc_separator: str = "\n\n"  # joins documents (use "" for line-per-row corpora like WikiText)
@@ -225,7 +225,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """configs/config.yaml + Hydra overrides (``scheme=rope model.n_layers=2 eval.lengths=[64,128]``) → Config."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import HydraException, MissingConfigException
+    from hydra.errors import MissingConfigException
 
     from hydra.core.config_store import ConfigStore
 
@@ -237,7 +237,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
             raw = hydra_compose(config_name="config", overrides=overrides)
     except MissingConfigException as e:
         raise ConfigError(str(e).splitlines()[0]) from None
-    except (HydraException, OmegaConfBaseException) as e:
+    except Exception as e:  # noqa: BLE001 - Hydra/OmegaConf raise many unrelated types for bad overrides
         raise ConfigError(_hydra_message(e)) from None
     return validate(raw)
 

@@ -25,6 +25,7 @@ import torch
 from pe_bench.config import Config, to_yaml
 
 CHECKPOINT = "checkpoint.pt"
+BOOKKEEPING = ("log_interval", "val_interval", "val_batches", "ckpt_interval", "threads")
 
 
 def run_name(cfg: Config) -> str:
@@ -33,6 +34,8 @@ def run_name(cfg: Config) -> str:
     for k in ("eval", "results_dir", "cache_dir"):
         d.pop(k)
     d["scheme"] = {k: v for k, v in d["scheme"].items() if k != "eval_variants"}
+    for k in BOOKKEEPING:  # how often to log/validate/checkpoint does not change the trained weights
+        d["train"].pop(k)
     h = hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return f"{cfg.scheme['name']}-{cfg.model.name}-{cfg.data.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
 

@@ -89,42 +89,54 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
                disable=None if progress else True, dynamic_ncols=True, leave=False)
     t_start = t_log = time.perf_counter()
     elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
-    for step in bar:
-        lr = lr_at(step, tc)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        total = torch.zeros((), device=device)  # summed on the device: no host sync until a log line
-        for micro in range(tc.grad_accum):
-            x, y = random_batch(train_tokens, tc.batch_size, tc.seq_len, batch_generator(cfg.seed, step, micro), device)
-            with ctx:
-                logits = fwd(x)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / tc.grad_accum
-            loss.backward()
-            total += loss.detach()
-        if tc.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        window_losses.append(total)
-        done = step + 1
-        is_last = done == tc.steps
-        if done % tc.log_interval == 0 or is_last:
-            window_losses = [float(v) for v in window_losses]  # the one host sync per log interval
-            now = time.perf_counter()
-            tps = len(window_losses) * tokens_per_step / max(now - t_log, 1e-9)
-            row = {"step": done, "loss": round(float(np.mean(window_losses)), 5), "lr": f"{lr:.3e}",
-                   "tokens_per_s": round(tps), "val_loss": "", "elapsed_s": round(elapsed_before + now - t_start, 2)}
-            if done % tc.val_interval == 0 or is_last:
-                row["val_loss"] = round(validation_loss(model, val_tokens, tc, device), 5)
-            history.append(row)
-            write_csv(run.train_csv, history, TRAIN_COLUMNS)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tps:,.0f}")
-            window_losses, t_log = [], time.perf_counter()
-        if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
-            atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": done,
-                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size,
-                         "log_window": [float(v) for v in window_losses]},
-                        run.checkpoint)
+    completed = step  # optimizer steps whose update is in the weights
+
+    def save(at: int) -> None:
+        atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
+                     "config": to_dict(cfg), "vocab_size": corpus.vocab_size,
+                     "log_window": [float(v) for v in window_losses]}, run.checkpoint)
+
+    try:
+        for step in bar:
+            lr = lr_at(step, tc)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            total = torch.zeros((), device=device)  # summed on the device: no host sync until a log line
+            for micro in range(tc.grad_accum):
+                g = batch_generator(cfg.seed, step, micro)
+                x, y = random_batch(train_tokens, tc.batch_size, tc.seq_len, g, device)
+                with ctx:
+                    logits = fwd(x)
+                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / tc.grad_accum
+                loss.backward()
+                total += loss.detach()
+            if tc.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            completed = done = step + 1
+            window_losses.append(total)
+            is_last = done == tc.steps
+            if done % tc.log_interval == 0 or is_last:
+                window_losses = [float(v) for v in window_losses]  # the one host sync per log interval
+                now = time.perf_counter()
+                tps = len(window_losses) * tokens_per_step / max(now - t_log, 1e-9)
+                row = {"step": done, "loss": round(float(np.mean(window_losses)), 5), "lr": f"{lr:.3e}",
+                       "tokens_per_s": round(tps), "val_loss": "",
+                       "elapsed_s": round(elapsed_before + now - t_start, 2)}
+                if done % tc.val_interval == 0 or is_last:
+                    row["val_loss"] = round(validation_loss(model, val_tokens, tc, device), 5)
+                history.append(row)
+                write_csv(run.train_csv, history, TRAIN_COLUMNS)
+                bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tps:,.0f}")
+                window_losses, t_log = [], time.perf_counter()
+            if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
+                save(done)
+    except KeyboardInterrupt:
+        # Ctrl-C: keep the work done so far; the same command resumes from here.
+        window_losses = window_losses[: completed - int(history[-1]["step"] if history else 0)]
+        save(completed)
+        raise
     bar.close()
     seconds = time.perf_counter() - t_start
     run.update_meta(train_seconds=round(elapsed_before + seconds, 2),

@@ -119,3 +119,14 @@ def test_console_script_errors_without_traceback(tmp_path):
     p = subprocess.run([*exe, "train", "scheme=nosuch"], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "unknown scheme 'nosuch'" in p.stderr
+
+
+def test_run_names_ignore_bookkeeping_but_not_the_recipe():
+    from pe_bench.config import compose
+    from pe_bench.runs import run_name
+
+    base = run_name(compose(["scheme=rope"]))
+    assert base.startswith("rope-tiny-shakespeare-L64-s0-")
+    assert run_name(compose(["scheme=rope", "train.ckpt_interval=7", "eval.lengths=[64]", "results_dir=x"])) == base
+    assert run_name(compose(["scheme=rope", "train.lr=1e-3"])) != base
+    assert run_name(compose(["scheme=rope", "scheme.base=500000"])) != base

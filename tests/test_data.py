@@ -100,3 +100,13 @@ def test_random_batch_targets_are_inputs_shifted_by_one():
     x, y = random_batch(tokens, 4, 16, torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (4, 16)
     assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y - x, torch.ones_like(x))
+
+
+def test_local_files_per_split(tmp_path):
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.txt").write_text(f"{split} text\n" * 500)
+    files = ", ".join(f"{s}: {tmp_path / s}.txt" for s in ("train", "validation", "test"))
+    cfg = compose(["data=local", f"data.files={{{files}}}"]).data
+    toks = load_tokens(cfg, tmp_path / "cache")
+    assert bytes(toks.splits["test"][:9]).decode() == "test text"
+    assert len(toks.splits["validation"]) == len("validation text\n") * 500

@@ -43,7 +43,7 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor(tmp_path):
 
 
 def test_resume_is_bit_identical(tmp_path, monkeypatch):
-    cfg = _cfg(tmp_path, "train.steps=12", "train.ckpt_interval=6", "train.grad_accum=2")
+    cfg = _cfg(tmp_path, "train.steps=12", "train.ckpt_interval=0", "train.grad_accum=2")
     corpus = load_tokens(cfg.data, cfg.cache_dir)
     straight = Run(tmp_path / "straight")
     straight.create(cfg)
@@ -55,16 +55,16 @@ def test_resume_is_bit_identical(tmp_path, monkeypatch):
 
     def dies_after_step_8(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] > 8 * 2:  # 2 micro-batches per step
+        if calls["n"] == 8 * 2 + 2:  # 2 micro-batches per step: Ctrl-C in step 9's second micro-batch
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
     monkeypatch.setattr(train_mod, "random_batch", dies_after_step_8)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, interrupted, corpus, DEV, progress=False)
-    assert torch.load(interrupted.checkpoint, weights_only=False)["step"] == 6
+    assert torch.load(interrupted.checkpoint, weights_only=False)["step"] == 8  # Ctrl-C saved the last full step
     monkeypatch.setattr(train_mod, "random_batch", real)
-    train(cfg, interrupted, corpus, DEV, progress=False)  # resumes at step 6
+    train(cfg, interrupted, corpus, DEV, progress=False)  # resumes at step 8
 
     a = torch.load(straight.checkpoint, weights_only=False)
     b = torch.load(interrupted.checkpoint, weights_only=False)
@@ -84,3 +84,22 @@ def test_bf16_autocast_path_trains_and_evaluates(tmp_path):
     rows = read_csv(run.train_csv)
     assert all(float(r["loss"]) < 6.0 for r in rows)
     assert [r["status"] for r in read_csv(run.eval_csv)] == ["ok", "ok"]
+
+
+def test_a_crash_resumes_from_the_last_periodic_checkpoint(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path, "train.steps=12", "train.ckpt_interval=5")
+    corpus = load_tokens(cfg.data, cfg.cache_dir)
+    run = Run(tmp_path / "crashed")
+    run.create(cfg)
+    real, calls = train_mod.random_batch, {"n": 0}
+
+    def crashes_in_step_8(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 8:
+            raise RuntimeError("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "random_batch", crashes_in_step_8)
+    with pytest.raises(RuntimeError):
+        train(cfg, run, corpus, DEV, progress=False)
+    assert torch.load(run.checkpoint, weights_only=False)["step"] == 5
