@@ -46,6 +46,16 @@ class ModelConfig:
 
 
 @dataclass
+class SplitFiles:
+    train: str | None = None
+    validation: str | None = None
+    test: str | None = None
+
+    def given(self) -> dict[str, str]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v}
+
+
+@dataclass
 class DataConfig:
     name: str = "shakespeare"
     source: str = "embedded"  # embedded | hub | local
@@ -56,7 +66,7 @@ class DataConfig:
     splits: dict[str, str] = field(
         default_factory=lambda: {"train": "train", "validation": "validation", "test": "test"}
     )
-    files: dict[str, str] = field(default_factory=dict)  # local: explicit {train: ..., validation: ..., test: ...}
+    files: SplitFiles = field(default_factory=lambda: SplitFiles())  # local: one file per split
     valid_fraction: float = 0.05  # local single source: last fractions become validation/test (contiguous)
     test_fraction: float = 0.05
     doc_separator: str = "\n\n"  # joins documents (use "" for line-per-row corpora like WikiText)
@@ -212,7 +222,7 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     if cfg.model.d_model % cfg.model.n_heads:
         raise ConfigError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
-    if cfg.data.source != "embedded" and not (cfg.data.path or cfg.data.files):
+    if cfg.data.source != "embedded" and not (cfg.data.path or cfg.data.files.given()):
         raise ConfigError(f"data.source={cfg.data.source} needs data.path=... (or data.files for local splits)")
     scheme_spec(cfg.scheme)
     return cfg

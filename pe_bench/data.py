@@ -95,11 +95,11 @@ def _load_local(cfg: DataConfig):
 
     kwargs = {"sample_by": "document"} if cfg.format == "text" else {}
     try:
-        if cfg.files:
-            missing = [s for s in SPLITS if s not in cfg.files]
+        if cfg.files.given():
+            missing = [s for s in SPLITS if s not in cfg.files.given()]
             if missing:
-                raise DataError(f"data.files lacks {missing}; give train, validation and test files")
-            return datasets.load_dataset(cfg.format, data_files=dict(cfg.files), **kwargs)
+                raise DataError(f"data.files lacks {', '.join(missing)}; give data.files.train, .validation and .test")
+            return datasets.load_dataset(cfg.format, data_files=cfg.files.given(), **kwargs)
         single = datasets.load_dataset(cfg.format, data_files={"train": cfg.path}, **kwargs)["train"]
     except DataError:
         raise

@@ -110,3 +110,6 @@ def test_local_files_per_split(tmp_path):
     toks = load_tokens(cfg, tmp_path / "cache")
     assert bytes(toks.splits["test"][:9]).decode() == "test text"
     assert len(toks.splits["validation"]) == len("validation text\n") * 500
+    one = compose(["data=local", f"data.files.train={tmp_path / 'train.txt'}"]).data
+    with pytest.raises(DataError, match="data.files lacks validation, test"):
+        load_tokens(one, tmp_path / "cache2")
