@@ -174,30 +174,33 @@ def _typed(schema: type, values: Any, prefix: str) -> Any:
         raise ConfigError(str(e).splitlines()[0]) from None
 
 
-def _omegaconf_message(e: OmegaConfBaseException, prefix: str, schema: type | None) -> str:
+def _omegaconf_message(e: OmegaConfBaseException, prefix: str, schema: type) -> str:
     key = getattr(e, "full_key", None) or ""
     full = f"{prefix}.{key}" if prefix and key else (key or prefix)
     text = str(e).splitlines()[0]
     if "not in" in text or "Key '" in text and "not" in text:
-        group = full.rsplit(".", 1)[0]
-        valid = ""
-        if schema is not None:
-            sub = _schema_at(schema, full.split(".")[1:-1]) if prefix == "" else schema
-            if sub is not None and dataclasses.is_dataclass(sub):
-                valid = f"; valid keys in {group}: {', '.join(f.name for f in dataclasses.fields(sub))}"
-        return f"unknown config key '{full}'{valid}"
+        return f"unknown config key '{full}'{_keys_hint(full, schema if prefix else Config)}"
     if "could not be converted" in text or "Invalid type" in text or "Value '" in text:
         return f"bad value for '{full}': {text}"
     return f"bad config at '{full}': {text}"
 
 
-def _schema_at(schema: type, path: list[str]) -> type | None:
-    for part in path:
-        fields = {f.name: f for f in dataclasses.fields(schema)}
-        if part not in fields or not dataclasses.is_dataclass(fields[part].default_factory()):  # type: ignore[misc]
-            return None
-        schema = type(fields[part].default_factory())  # type: ignore[misc]
-    return schema
+def _keys_hint(full_key: str, schema: type = Config) -> str:
+    """'; valid keys in model: name, n_layers, ...' for an unknown dotted key, walking the dataclass schema
+    (a scheme's own Options when given as schema)."""
+    parts = full_key.split(".")[:-1]
+    if schema is Config:
+        if parts[:1] == ["scheme"]:
+            return "; see configs/scheme/<name>.yaml for that scheme's options"
+        for part in parts:
+            f = {f.name: f for f in dataclasses.fields(schema)}.get(part)
+            if f is None or f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
+                return ""
+            schema = type(f.default_factory())  # type: ignore[misc]
+            if not dataclasses.is_dataclass(schema):
+                return ""
+    group = ".".join(parts) or "the config"
+    return f"; valid keys in {group}: {', '.join(f.name for f in dataclasses.fields(schema))}"
 
 
 def validate(raw: DictConfig | dict[str, Any]) -> Config:
@@ -278,15 +281,7 @@ def _hydra_message(e: BaseException) -> str:
         return f"bad value for '{key}': {cause}"
     if "Could not override" in text or "not in struct" in text or "Key '" in text:
         key = lines[0].split("'")[1] if "'" in lines[0] else "?"
-        group = key.split(".")[0]
-        hint = ""
-        schema = {f.name: f for f in dataclasses.fields(Config)}.get(group)
-        if schema is not None and group != "scheme":
-            sub = schema.default_factory()  # type: ignore[misc]
-            hint = f"; valid keys in {group}: {', '.join(f.name for f in dataclasses.fields(sub))}"
-        elif group == "scheme":
-            hint = "; see configs/scheme/<name>.yaml for that scheme's options"
-        return f"unknown config key '{key}'{hint}"
+        return f"unknown config key '{key}'{_keys_hint(key)}"
     return lines[0] if lines else repr(e)
 
 
