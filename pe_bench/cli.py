@@ -52,15 +52,20 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
-def _print_run_table(run_path: Path, split: str) -> None:
-    from pe_bench.report import collect, comparison, rich_table
-    from pe_bench.runs import Run
+def _print_tables(df, split: str) -> None:
+    from pe_bench.report import comparison, rich_table
 
-    df = collect([Run(run_path)])
     for mode in ("nonoverlapping", "sliding"):
         t = comparison(df, mode, split)
         if not t.empty:
-            console.print(rich_table(t, f"perplexity on {split} — {mode}"))
+            console.print(rich_table(t, f"perplexity on {split} — {mode} (columns: eval length)"))
+
+
+def _print_run_table(run_path: Path, split: str) -> None:
+    from pe_bench.report import collect
+    from pe_bench.runs import Run
+
+    _print_tables(collect([Run(run_path)]), split)
 
 
 @app.command()
@@ -105,7 +110,8 @@ def sweep(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_H
     """Train and evaluate every point of a sweep (default: every registered scheme), then print and write the
     comparison table. Finished points are skipped; interrupted ones resume from their checkpoint."""
     from pe_bench.experiment import is_done, run_one
-    from pe_bench.report import collect, comparison, rich_table, write_tables
+    from pe_bench.evaluate import eval_lengths
+    from pe_bench.report import collect, write_tables
     from pe_bench.runs import Run, run_dir_for
     from pe_bench.sweep import expand
 
@@ -139,12 +145,11 @@ def sweep(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_H
             runs.append(run)
     console.print(summary)
     df = collect(runs)
-    if not df.empty:
+    if not df.empty:  # this sweep's lengths only, even if a run was also evaluated elsewhere
+        wanted = {run_dir_for(c).name: set(eval_lengths(c.eval, c.train.seq_len)) for c in configs}
+        df = df[[n in wanted.get(r, ()) for r, n in zip(df["run"], df["L_eval"])]]
         split = configs[0].eval.split
-        for mode in ("nonoverlapping", "sliding"):
-            t = comparison(df, mode, split)
-            if not t.empty:
-                console.print(rich_table(t, f"perplexity on {split} — {mode} (columns: eval length)"))
+        _print_tables(df, split)
         title = f"pe-bench sweep {' '.join(overrides or [])}".strip()
         for p in write_tables(df, Path(configs[0].results_dir), title, split):
             console.print(f"wrote {p}")

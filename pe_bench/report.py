@@ -14,8 +14,8 @@ MODES = ("nonoverlapping", "sliding")
 
 
 def collect(runs: list[Run]) -> pd.DataFrame:
-    """Every eval row of the given runs, in run order."""
-    rows = [r for run in runs for r in read_csv(run.eval_csv)]
+    """Every eval row of the given runs, in run order, with the run directory's name in column 'run'."""
+    rows = [{"run": run.path.name, **r} for run in runs for r in read_csv(run.eval_csv)]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
@@ -28,8 +28,8 @@ def collect(runs: list[Run]) -> pd.DataFrame:
 
 def comparison(df: pd.DataFrame, mode: str, split: str = "validation") -> pd.DataFrame:
     """Perplexity table for one mode: index (scheme, L_train), one column per eval length, mean over seeds;
-    'n/a' where the scheme cannot run at that length. Column 'longest/L' is the ratio of the perplexity at the
-    longest length to the one at the training length; 'seeds' counts seeds."""
+    'n/a' where the scheme cannot run at that length, '—' where it was not evaluated. Column 'longest/L' is the
+    ratio of the perplexity at the longest length to the one at the training length; 'seeds' counts seeds."""
     d = df[(df["mode"] == mode) & (df["split"] == split)]
     if d.empty:
         return pd.DataFrame()
@@ -40,7 +40,8 @@ def comparison(df: pd.DataFrame, mode: str, split: str = "validation") -> pd.Dat
     for scheme, L in dict.fromkeys(zip(d["scheme"], d["L_train"])):
         cells = {str(n): mean.get((scheme, L, n), float("nan")) for n in lengths}
         base, last = cells.get(str(L), float("nan")), cells[str(lengths[-1])]
-        row = {k: "n/a" if pd.isna(v) else round(float(v), 3) for k, v in cells.items()}
+        row = {str(n): (round(float(cells[str(n)]), 3) if pd.notna(cells[str(n)])
+                        else "n/a" if (scheme, L, n) in mean.index else "—") for n in lengths}
         row["longest/L"] = "n/a" if pd.isna(base) or pd.isna(last) else round(float(last / base), 3)
         row["seeds"] = int(seeds[(scheme, L)])
         rows.append(row)

@@ -69,8 +69,13 @@ def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
     assert set(table["scheme"]) == {"nope", "alibi"} and set(table["mode"]) == {"nonoverlapping", "sliding"}
     assert {"32", "64", "128", "256", "longest/L", "seeds"} <= set(table.columns)
     assert "| alibi | 32 |" in (tmp_path / "results" / "comparison.md").read_text()
+    alibi_run = next((tmp_path / "results" / "runs").glob("alibi-*"))
+    assert invoke("eval", str(alibi_run), "eval.lengths=[512]", "eval.variants=false").exit_code == 0
     again = invoke("sweep", "scheme=nope,alibi", *smoke_args, "--no-progress")
     assert "2 skipped" in again.output and "0 trained" in again.output
+    table2 = pd.read_csv(tmp_path / "results" / "comparison.csv")
+    assert "512" not in table2.columns  # an extra evaluation of one run does not leak into the sweep's table
+    assert table2.drop(columns=["mode"]).equals(table.drop(columns=["mode"]))
 
 
 def test_schemes_lists_every_registered_scheme_on_one_line():
