@@ -6,8 +6,8 @@ import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -42,7 +42,7 @@ def friendly(fn: Callable) -> Callable:
             raise typer.Exit(130) from None
         except typer.Exit:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             if os.environ.get("PE_BENCH_DEBUG"):
                 raise
             err.print(f"[bold red]error:[/] {escape(f'{type(e).__name__}: {e}')} (PE_BENCH_DEBUG=1 shows the traceback)",
@@ -70,7 +70,7 @@ def _print_run_table(run_path: Path, split: str) -> None:
 
 @app.command()
 @friendly
-def train(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_HELP),
+def train(overrides: list[str] | None = typer.Argument(None, help=OVERRIDES_HELP),
           progress: bool = typer.Option(True, help="Show the progress bar.")) -> None:
     """Train one run and evaluate it at every eval length (resumes from its checkpoint if interrupted)."""
     from pe_bench.experiment import run_one
@@ -86,7 +86,7 @@ def train(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_H
 @app.command("eval")
 @friendly
 def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
-             overrides: Optional[list[str]] = typer.Argument(None, help="eval.* and scheme.* overrides, e.g. "
+             overrides: list[str] | None = typer.Argument(None, help="eval.* and scheme.* overrides, e.g. "
                                                                           "eval.lengths=[64,1024] scheme.beyond_table=clamp")) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options, without retraining."""
     from pe_bench.experiment import evaluate_run
@@ -104,13 +104,13 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
 
 @app.command()
 @friendly
-def sweep(overrides: Optional[list[str]] = typer.Argument(None, help=OVERRIDES_HELP + "; comma lists sweep "
+def sweep(overrides: list[str] | None = typer.Argument(None, help=OVERRIDES_HELP + "; comma lists sweep "
                                                                        "(scheme=rope,alibi seed=0,1)"),
           progress: bool = typer.Option(True, help="Show progress bars.")) -> None:
     """Train and evaluate every point of a sweep (default: every registered scheme), then print and write the
     comparison table. Finished points are skipped; interrupted ones resume from their checkpoint."""
-    from pe_bench.experiment import is_done, run_one
     from pe_bench.evaluate import eval_lengths
+    from pe_bench.experiment import is_done, run_one
     from pe_bench.report import collect, write_tables
     from pe_bench.runs import Run, run_dir_for
     from pe_bench.sweep import expand

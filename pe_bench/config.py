@@ -238,9 +238,8 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """configs/config.yaml + Hydra overrides (``scheme=rope model.n_layers=2 eval.lengths=[64,128]``) → Config."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import MissingConfigException
-
     from hydra.core.config_store import ConfigStore
+    from hydra.errors import MissingConfigException
 
     ConfigStore.instance().store(name="pe_bench_schema", node=Config)  # config.yaml's first default
     overrides = list(overrides)

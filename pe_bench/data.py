@@ -31,10 +31,10 @@ class DataError(RuntimeError):
 # Corpora
 # ---------------------------------------------------------------------------------------------------------------
 def _strip_markdown(text: str) -> str:
-    text = re.sub(r"^#+\s*", "", text, flags=re.M)  # headings: keep the words
+    text = re.sub(r"^#+\s*", "", text, flags=re.MULTILINE)  # headings: keep the words
     text = text.replace("**", "")
     text = re.sub(r"(?<!\w)_([^_\n]+)_(?!\w)", r"\1", text)  # _stage directions_
-    text = re.sub(r"[ \t]+$", "", text, flags=re.M)  # markdown hard breaks (two trailing spaces)
+    text = re.sub(r"[ \t]+$", "", text, flags=re.MULTILINE)  # markdown hard breaks (two trailing spaces)
     return text.strip() + "\n"
 
 

@@ -14,6 +14,7 @@ span of tokens (a multiple of the longest length), so the numbers are comparable
 
 from __future__ import annotations
 
+import itertools
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -54,8 +55,8 @@ class Score:
 
 def eval_lengths(ecfg: EvalConfig, train_len: int) -> list[int]:
     if ecfg.lengths:
-        return sorted(set(int(x) for x in ecfg.lengths))
-    return sorted(set(int(round(r * train_len)) for r in ecfg.ratios))
+        return sorted({int(x) for x in ecfg.lengths})
+    return sorted({round(r * train_len) for r in ecfg.ratios})
 
 
 def scored_span(n_tokens: int, budget: int, longest: int) -> int:
@@ -157,7 +158,7 @@ def _position_rows(common: dict, s: Score, buckets: int) -> list[dict]:
     length = len(s.pos_nll)
     edges = np.unique(np.linspace(0, length, min(buckets, length) + 1).round().astype(int))
     out = []
-    for a, b in zip(edges[:-1], edges[1:]):
+    for a, b in itertools.pairwise(edges):
         n = s.pos_count[a:b].sum()
         if n:
             out.append({**common, "pos_start": int(a), "pos_end": int(b), "loss": round(s.pos_nll[a:b].sum() / n, 6),

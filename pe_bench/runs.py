@@ -76,7 +76,8 @@ def atomic_save(obj: Any, path: Path) -> None:
 def git_sha() -> str | None:
     src = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None

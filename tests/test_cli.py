@@ -121,7 +121,7 @@ def test_too_short_validation_split_fails_before_training(tmp_path):
 
 def test_console_script_errors_without_traceback(tmp_path):
     exe = [sys.executable, "-m", "pe_bench"]
-    p = subprocess.run([*exe, "train", "scheme=nosuch"], capture_output=True, text=True, cwd=tmp_path)
+    p = subprocess.run([*exe, "train", "scheme=nosuch"], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "unknown scheme 'nosuch'" in p.stderr
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pe_bench.build import build_model
 from pe_bench.config import compose
 from pe_bench.data import DataError
 from pe_bench.evaluate import eval_lengths, evaluate, score_windows, scored_span
-from pe_bench.build import build_model
 
 DEV = torch.device("cpu")
 

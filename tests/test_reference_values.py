@@ -1,17 +1,16 @@
 """Reference values from the papers' formulas (../shared/REFERENCE.md §A)."""
 
-import math
 
 import pytest
 import torch
 
 from pe_bench.schemes import ModelShape
 from pe_bench.schemes.alibi import ALiBi, alibi_slopes
+from pe_bench.schemes.base import LengthNotSupported
 from pe_bench.schemes.learned import Learned, LearnedOptions
 from pe_bench.schemes.rope import RoPE, RoPEOptions, apply_rotary, rope_angles
 from pe_bench.schemes.sinusoidal import sinusoid_table
 from pe_bench.schemes.t5 import t5_bucket
-from pe_bench.schemes.base import LengthNotSupported
 
 
 def test_sinusoid_at_position_3_with_d8():
