@@ -70,7 +70,7 @@ def _print_run_table(run_path: Path, split: str) -> None:
 
 @app.command()
 @friendly
-def train(overrides: list[str] | None = typer.Argument(None, help=OVERRIDES_HELP),
+def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=OVERRIDES_HELP),
           progress: bool = typer.Option(True, help="Show the progress bar.")) -> None:
     """Train one run and evaluate it at every eval length (resumes from its checkpoint if interrupted)."""
     from pe_bench.experiment import run_one
@@ -86,7 +86,7 @@ def train(overrides: list[str] | None = typer.Argument(None, help=OVERRIDES_HELP
 @app.command("eval")
 @friendly
 def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
-             overrides: list[str] | None = typer.Argument(None, help="eval.* and scheme.* overrides, e.g. "
+             overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help="eval.* and scheme.* overrides, e.g. "
                                                                           "eval.lengths=[64,1024] scheme.beyond_table=clamp")) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options, without retraining."""
     from pe_bench.experiment import evaluate_run
@@ -104,7 +104,7 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
 
 @app.command()
 @friendly
-def sweep(overrides: list[str] | None = typer.Argument(None, help=OVERRIDES_HELP + "; comma lists sweep "
+def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=OVERRIDES_HELP + "; comma lists sweep "
                                                                        "(scheme=rope,alibi seed=0,1)"),
           progress: bool = typer.Option(True, help="Show progress bars.")) -> None:
     """Train and evaluate every point of a sweep (default: every registered scheme), then print and write the
