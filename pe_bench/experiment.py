@@ -36,7 +36,8 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
         run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
     except BaseException as e:
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-        run.update_meta(status=status, error=f"{type(e).__name__}: {e}", wall_seconds=round(time.perf_counter() - t0, 2))
+        run.update_meta(status=status, error=f"{type(e).__name__}: {e}",
+                        wall_seconds=round(time.perf_counter() - t0, 2))
         raise
     run.update_meta(status="done", wall_seconds=round(time.perf_counter() - t0, 2))
     return run

@@ -31,7 +31,8 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(args.d_model, args.d_model, bias=False)
         self.dropout = nn.Dropout(args.dropout)
 
-    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C)."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
@@ -60,7 +61,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(args.d_model)
         self.mlp = MLP(args)
 
-    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), scheme, positions, mask)
         return x + self.mlp(self.ln2(x))
 

@@ -64,8 +64,8 @@ def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "", split: str = 
         stride = sorted(d["stride"].unique())
         what = "non-overlapping blocks" if mode == "nonoverlapping" else f"sliding window, stride S={_fmt(stride)}"
         scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
-        md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; {_fmt(scored)} tokens scored per "
-                  f"length)\n\n{_markdown(t)}\n")
+        md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; "
+                  f"{_fmt(scored)} tokens scored per length)\n\n{_markdown(t)}\n")
     paths = []
     if parts:
         csv_path = out_dir / "comparison.csv"

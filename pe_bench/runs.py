@@ -123,5 +123,5 @@ class Run:
     def environment(device: torch.device) -> dict[str, Any]:
         from pe_bench import __version__
 
-        return {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch.__version__, "python": platform.python_version(),
-                "device": device_name(device), "host": platform.node()}
+        return {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch.__version__,
+                "python": platform.python_version(), "device": device_name(device), "host": platform.node()}
