@@ -1,8 +1,9 @@
-"""Causal attention behind one function: SDPA ``is_causal`` when the scheme adds no bias (flash kernels), SDPA with an
-additive float mask when it does."""
+"""Causal attention: SDPA ``is_causal`` when the scheme adds no bias (flash kernels), SDPA with an additive float mask
+when it adds a bias, and an explicit softmax(q·k/√d + terms + mask) when its logits depend on q or k."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
@@ -26,3 +27,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     ctx = sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]) if q.is_cuda else nullcontext()
     with ctx:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
+
+
+def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    terms: torch.Tensor, positions: torch.Tensor,
+                    value_terms: Callable[[torch.Tensor], torch.Tensor | None]) -> torch.Tensor:
+    """Attention written out, for schemes whose logits depend on q or k beyond q·k (Shaw, Transformer-XL, CoPE).
+
+    q, k, v: (B, H, T, D); mask: (1, H, T, T) additive (bias + causal) or None for plain causal; terms: (B, H, T, T)
+    extra logits; value_terms(probs) -> (B, H, T, D) or None, added to the output. Softmax in float32."""
+    logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5 + terms.float()
+    if mask is None:
+        future = positions[None, :] > positions[:, None]
+        logits = logits.masked_fill(future, float("-inf"))
+    else:
+        logits = logits + mask.float()
+    probs = logits.softmax(-1)
+    out = probs.to(v.dtype) @ v
+    extra = value_terms(probs)
+    return out if extra is None else out + extra.to(out.dtype)

@@ -11,7 +11,8 @@ def build_model(cfg: Config, vocab_size: int, spec: SchemeSpec | None = None) ->
     spec = spec or scheme_spec(cfg.scheme)
     m = cfg.model
     shape = ModelShape(d_model=m.d_model, n_heads=m.n_heads, head_dim=m.d_model // m.n_heads,
-                       train_seq_len=cfg.train.seq_len)
+                       train_seq_len=cfg.train.seq_len, n_layers=m.n_layers,
+                       max_train_position=cfg.train.random_positions or None)
     args = ModelArgs(vocab_size=vocab_size, n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads,
                      mlp_ratio=m.mlp_ratio, dropout=m.dropout)
     return Decoder(args, spec.cls(spec.options, shape))

@@ -97,6 +97,9 @@ class TrainConfig:
     precision: str = "auto"  # auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
     compile: str = "auto"  # auto (on for cuda) | on | off
     threads: int | None = None  # CPU threads; None = torch default
+    # Randomized positions (Ruoss et al. 2023): each batch uses a sorted random subset of [0, random_positions)
+    # instead of 0..seq_len-1, in training and in evaluation. 0 = off.
+    random_positions: int = 0
 
 
 @dataclass
@@ -223,6 +226,9 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
                         ("model.n_layers", cfg.model.n_layers), ("model.n_heads", cfg.model.n_heads)]:
         if value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
+    if cfg.train.random_positions and cfg.train.random_positions < cfg.train.seq_len:
+        raise ConfigError(f"train.random_positions={cfg.train.random_positions} must be 0 (off) or at least "
+                          f"train.seq_len={cfg.train.seq_len}; Ruoss et al. use 2048 for L=40")
     if cfg.model.d_model % cfg.model.n_heads:
         raise ConfigError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
     if cfg.data.source != "embedded" and not (cfg.data.path or cfg.data.files.given()):

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from pe_bench.config import Config, EvalConfig
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
-from pe_bench.model import Decoder
+from pe_bench.model import Decoder, random_positions
 from pe_bench.schemes import LengthNotSupported
 
 EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride",
@@ -33,6 +33,7 @@ EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L
 POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "pos_start",
                     "pos_end", "loss", "tokens", "seed"]
 MIN_WINDOWS = 4  # the longest eval length must fit this many times in the scored span
+RANDOM_POSITIONS_SEED = 9176
 
 
 @dataclass
@@ -75,7 +76,8 @@ def check_feasible(cfg: Config, n_tokens: int) -> None:
 
 @torch.inference_mode()
 def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, length: int, stride: int,
-                  span: int, tokens_per_batch: int, device: torch.device, bf16: bool = False) -> Score:
+                  span: int, tokens_per_batch: int, device: torch.device, bf16: bool = False,
+                  positions: torch.Tensor | None = None) -> Score:
     """Score targets 1..span of `tokens` with windows of `length` advancing by `stride`.
 
     Window k ends at e_k = length + k·stride (the last one capped at span) and scores its last e_k − e_{k−1} targets
@@ -96,7 +98,7 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
         block = block.to(device)
         x, y = block[:, :-1], block[:, 1:]
         with ctx:
-            logits = model(x)
+            logits = model(x, positions)
         nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
         nll = nll.view(len(chunk), length)
         n_scored = torch.tensor([n for _, n in chunk], device=device)
@@ -130,22 +132,35 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
         strides = {"nonoverlapping": length, "sliding": min(stride, length)}
         try:
+            positions = eval_positions(cfg, length, device)
             if {"nonoverlapping", "per_position"} & set(ecfg.modes):
                 s = score_windows(model, tokens, token_bytes, length, length, span, ecfg.tokens_per_batch, device,
-                                  bf16)
+                                  bf16, positions)
                 if "nonoverlapping" in ecfg.modes:
                     rows.append(_row(common, "nonoverlapping", length, s))
                 if "per_position" in ecfg.modes:
                     pos_rows.extend(_position_rows(common, s, ecfg.position_buckets))
             if "sliding" in ecfg.modes:
                 s = score_windows(model, tokens, token_bytes, length, strides["sliding"], sliding_span,
-                                  ecfg.tokens_per_batch, device, bf16)
+                                  ecfg.tokens_per_batch, device, bf16, positions)
                 rows.append(_row(common, "sliding", strides["sliding"], s))
         except LengthNotSupported as e:
             rows += [{**common, "mode": mode, "stride": strides[mode], "loss": "", "ppl": "", "bpb": "",
                       "tokens_scored": 0, "status": "not_applicable", "note": str(e)}
                      for mode in ecfg.modes if mode in strides]
     return rows, pos_rows
+
+
+def eval_positions(cfg: Config, length: int, device: torch.device) -> torch.Tensor | None:
+    """Positions of every window at this length: None (0..length-1), or for a run trained with randomized
+    positions a sorted random subset of the same range, fixed per length (Ruoss et al. sample at test time too)."""
+    n = cfg.train.random_positions
+    if not n:
+        return None
+    if length > n:
+        raise LengthNotSupported(f"trained with randomized positions in [0, {n}), which cannot hold {length} "
+                                 f"distinct positions; raise train.random_positions")
+    return random_positions(n, length, torch.Generator().manual_seed(RANDOM_POSITIONS_SEED + length)).to(device)
 
 
 def _row(common: dict, mode: str, stride: int, s: Score) -> dict:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pe_bench.attention import attend, causal_bias_mask
+from pe_bench.attention import attend, attend_explicit, causal_bias_mask
 from pe_bench.schemes import Scheme
 
 
@@ -23,6 +23,12 @@ class ModelArgs:
     dropout: float = 0.0
 
 
+def random_positions(max_position: int, length: int, generator: torch.Generator) -> torch.Tensor:
+    """Randomized positions (Ruoss et al. 2023, §3): a sorted random subset of [0, max_position) of size
+    ``length``, int64 (length,)."""
+    return torch.randperm(max_position, generator=generator)[:length].sort().values
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -32,12 +38,17 @@ class CausalSelfAttention(nn.Module):
         self.dropout = nn.Dropout(args.dropout)
 
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
+                mask: torch.Tensor | None, layer: int) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C)."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
         q, k = scheme.rotate(q, k, positions)
-        y = attend(q, k, v, mask)
+        terms = scheme.score_terms(q, k, positions, layer)
+        if terms is None:
+            y = attend(q, k, v, mask)
+        else:
+            y = attend_explicit(q, k, v, mask, terms, positions,
+                                lambda probs: scheme.value_terms(probs, positions, layer))
         return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
 
@@ -62,8 +73,8 @@ class Block(nn.Module):
         self.mlp = MLP(args)
 
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), scheme, positions, mask)
+                mask: torch.Tensor | None, layer: int) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), scheme, positions, mask, layer)
         return x + self.mlp(self.ln2(x))
 
 
@@ -99,10 +110,12 @@ class Decoder(nn.Module):
         if positions is None:
             positions = torch.arange(T, device=idx.device)
         x = self.drop(self.scheme.embed(self.tok_emb(idx), positions))
-        bias = self.scheme.score_bias(positions, positions)
-        mask = None if bias is None else causal_bias_mask(bias, positions, positions)
-        for block in self.blocks:
-            x = block(x, self.scheme, positions, mask)
+        mask = None
+        for layer, block in enumerate(self.blocks):
+            if layer == 0 or self.scheme.bias_per_layer:  # one bias per forward unless the scheme is per-layer
+                bias = self.scheme.score_bias(positions, positions, layer)
+                mask = None if bias is None else causal_bias_mask(bias, positions, positions)
+            x = block(x, self.scheme, positions, mask, layer)
         return self.lm_head(self.ln_f(x))
 
     def num_params(self) -> int:

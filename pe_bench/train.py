@@ -14,7 +14,7 @@ from pe_bench.build import build_model
 from pe_bench.config import Config, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
-from pe_bench.model import Decoder
+from pe_bench.model import Decoder, random_positions
 from pe_bench.runs import Run, atomic_save, read_csv, write_csv
 
 TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
@@ -46,6 +46,13 @@ def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
     return torch.Generator().manual_seed(((seed * 1_000_003 + step) * 64 + micro) % (2**63))
 
 
+def batch_positions(tc: TrainConfig, g: torch.Generator, device: torch.device) -> torch.Tensor | None:
+    """Positions for one batch: None (0..L-1) unless randomized positions are on; shared by the batch's rows."""
+    if not tc.random_positions:
+        return None
+    return random_positions(tc.random_positions, tc.seq_len, g).to(device)
+
+
 @torch.inference_mode()
 def validation_loss(model: Decoder, tokens: np.ndarray, tc: TrainConfig, device: torch.device) -> float:
     was_training = model.training
@@ -56,7 +63,7 @@ def validation_loss(model: Decoder, tokens: np.ndarray, tc: TrainConfig, device:
     for _ in range(tc.val_batches):
         x, y = random_batch(tokens, tc.batch_size, tc.seq_len, g, device)
         with ctx:
-            logits = model(x)
+            logits = model(x, batch_positions(tc, g, device))
         losses.append(F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item())
     model.train(was_training)
     return float(np.mean(losses))
@@ -106,8 +113,9 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             for micro in range(tc.grad_accum):
                 g = batch_generator(cfg.seed, step, micro)
                 x, y = random_batch(train_tokens, tc.batch_size, tc.seq_len, g, device)
+                positions = batch_positions(tc, g, device)
                 with ctx:
-                    logits = fwd(x)
+                    logits = fwd(x) if positions is None else fwd(x, positions)
                 loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / tc.grad_accum
                 loss.backward()
                 total += loss.detach()

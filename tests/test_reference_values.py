@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pe_bench.schemes import ModelShape
-from pe_bench.schemes.alibi import ALiBi, alibi_slopes
+from pe_bench.schemes.alibi import ALiBi, ALiBiOptions, alibi_slopes
 from pe_bench.schemes.base import LengthNotSupported
 from pe_bench.schemes.learned import Learned, LearnedOptions
 from pe_bench.schemes.rope import RoPE, RoPEOptions, apply_rotary, rope_angles
@@ -33,11 +33,28 @@ def test_alibi_slopes_match_paper(heads, expected):
 
 def test_alibi_bias_is_minus_slope_times_distance():
     shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=8)
-    bias = ALiBi(None, shape).score_bias(torch.arange(6), torch.arange(6))
+    bias = ALiBi(ALiBiOptions(), shape).score_bias(torch.arange(6), torch.arange(6))
     assert bias.shape == (4, 6, 6)
     assert bias[0, 5, 1].item() == pytest.approx(-4 / 4)  # head 1: m = 1/4, distance 4
     assert bias[3, 5, 5].item() == 0.0
     assert bias[3, 5, 0].item() == pytest.approx(-5 / 256)
+
+
+def test_alibi_on_a_subset_of_heads_uses_the_slopes_for_that_many_heads():
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=8)
+    bias = ALiBi(ALiBiOptions(heads=2), shape).score_bias(torch.arange(6), torch.arange(6))
+    assert bias[:, 5, 1].tolist() == pytest.approx([-4 / 16, -4 / 256, 0.0, 0.0])  # slopes(2) = 1/16, 1/256
+    with pytest.raises(ValueError, match="exceeds model.n_heads"):
+        ALiBi(ALiBiOptions(heads=5), shape)
+
+
+def test_alibi_learned_slopes_start_at_the_paper_slopes_and_train():
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=8)
+    alibi = ALiBi(ALiBiOptions(learned_slopes=True), shape)
+    assert alibi.head_slopes().tolist() == pytest.approx([1 / 4, 1 / 16, 1 / 64, 1 / 256], rel=1e-6)
+    alibi.score_bias(torch.arange(6), torch.arange(6)).tril().sum().backward()  # the causal entries
+    assert alibi.log_slopes.grad is not None and (alibi.log_slopes.grad != 0).all()
+    assert ALiBi(ALiBiOptions(learned_slopes=True), shape).label() == "alibi[learned_slopes=True]"
 
 
 @pytest.mark.parametrize("distance,bucket", [(0, 0), (1, 1), (15, 15), (16, 16), (20, 17), (32, 21), (64, 26),

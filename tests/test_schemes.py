@@ -26,7 +26,7 @@ def tiny_model(name, options=None, seed=0):
     spec = scheme_spec(scheme_yaml(name))
     if options:
         spec = with_options(spec, options)
-    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN)
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN, n_layers=2)
     model = Decoder(ModelArgs(vocab_size=50, n_layers=2, d_model=32, n_heads=4), spec.cls(spec.options, shape))
     # Learned tables start at zero in some schemes (T5): perturb every parameter so the tests see a real signal.
     with torch.no_grad():
@@ -59,25 +59,39 @@ def test_yaml_declares_exactly_the_scheme_options(name):
     cls = schemes.get(name)
     fields = {f.name for f in dataclasses.fields(cls.Options)}
     assert set(cfg) - {"name", "eval_variants"} == fields
-    defaults = cls.Options()
+    defaults = dataclasses.asdict(cls.Options())
     for f in fields:  # the YAML documents the defaults; it does not silently change them
-        assert cfg[f] == getattr(defaults, f), f"{name}.{f}: YAML {cfg[f]!r} != default {getattr(defaults, f)!r}"
+        assert cfg[f] == defaults[f], f"{name}.{f}: YAML {cfg[f]!r} != default {defaults[f]!r}"
     assert cls.description and cls.citation and set(cls.acts_on) <= {"input", "qk", "scores"}
+
+
+def is_causal(model, T):
+    """Changing tokens after t leaves the logits at positions <= t unchanged (and does change later ones)."""
+    t = T // 2
+    idx = torch.randint(0, 50, (2, T), generator=torch.Generator().manual_seed(1))
+    changed = idx.clone()
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 7) % 50
+    with torch.no_grad():
+        a, b = model(idx), model(changed)
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+    return torch.allclose(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("ratio", [1, 8])
 @pytest.mark.parametrize("name", ALL)
 def test_causal(name, ratio):
-    """Changing token t+1 leaves the logits at positions <= t unchanged."""
-    T, t = L_TRAIN * ratio, L_TRAIN * ratio // 2
-    idx = torch.randint(0, 50, (2, T), generator=torch.Generator().manual_seed(1))
-    changed = idx.clone()
-    changed[:, t + 1 :] = (changed[:, t + 1 :] + 7) % 50
-    for model in runnable_at(name, T):
+    for model in runnable_at(name, L_TRAIN * ratio):
+        assert is_causal(model, L_TRAIN * ratio)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_eval_variants_are_causal_and_finite_at_8x(name):
+    """Every eval-time variant a scheme declares (learned clamp/extend, RoPE context extensions) runs at 8L."""
+    for variant in scheme_spec(scheme_yaml(name)).eval_variants:
+        model = tiny_model(name, variant)
+        assert is_causal(model, 8 * L_TRAIN)
         with torch.no_grad():
-            a, b = model(idx), model(changed)
-        torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-5)
-        assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+            assert torch.isfinite(model(torch.randint(0, 50, (1, 8 * L_TRAIN)))).all()
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -112,17 +126,20 @@ def test_relative_schemes_are_shift_invariant(name):
 
 @pytest.mark.parametrize("name", RELATIVE)
 def test_relative_attention_scores_are_shift_invariant(name):
-    """The pre-softmax logits q·k/√d + bias, built from the scheme's hooks, depend only on i − j."""
+    """The pre-softmax logits q·k/√d + bias + terms, built from the scheme's hooks, depend only on i − j."""
     model = tiny_model(name)
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 4, L_TRAIN, 8, generator=g), torch.randn(1, 4, L_TRAIN, 8, generator=g)
+    causal = torch.ones(L_TRAIN, L_TRAIN).tril().bool()
 
     def scores(offset):
         pos = torch.arange(L_TRAIN) + offset
         qr, kr = model.scheme.rotate(q, k, pos)
         s = qr @ kr.transpose(-1, -2) / 8**0.5
-        bias = model.scheme.score_bias(pos, pos)
-        return s if bias is None else s + bias
+        for layer in range(2):
+            for extra in (model.scheme.score_bias(pos, pos, layer), model.scheme.score_terms(qr, kr, pos, layer)):
+                s = s if extra is None else s + extra
+        return s[..., causal]
 
     torch.testing.assert_close(scores(0), scores(123), rtol=0, atol=1e-4)
 
@@ -137,6 +154,25 @@ def test_absolute_schemes_are_not_shift_invariant(name):
         assert not torch.allclose(model(idx, pos), model(idx, pos + 5), atol=1e-4)
 
 
+def test_symmetric_conv_padding_is_caught_by_the_causality_check():
+    """The explainers' 'same' padding lets position t see t+1: the causal check above must fail for it."""
+    from pe_bench.schemes.conv import Conv
+
+    class SymmetricConv(Conv):  # not registered: no name
+        name = ""
+
+        def padding(self):
+            k = self.options.kernel_size
+            return (k - 1) // 2, k // 2
+
+    model = tiny_model("conv")
+    assert is_causal(model, L_TRAIN)
+    leaky = SymmetricConv(model.scheme.options, model.scheme.shape)
+    leaky.load_state_dict(model.scheme.state_dict())
+    model.scheme = leaky
+    assert not is_causal(model, L_TRAIN)
+
+
 def test_leaky_scheme_is_caught_by_the_causality_check():
     """A scheme that mixes in the next token's embedding must fail the causal check used above."""
 
@@ -145,7 +181,7 @@ def test_leaky_scheme_is_caught_by_the_causality_check():
             return x + torch.roll(x, shifts=-1, dims=1)
 
     torch.manual_seed(0)
-    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN)
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN, n_layers=1)
     model = Decoder(ModelArgs(vocab_size=50, n_layers=1, d_model=32, n_heads=4), Leaky(None, shape)).eval()
     idx = torch.randint(0, 50, (1, L_TRAIN))
     changed = idx.clone()

@@ -1,9 +1,16 @@
 """The scheme seam: a positional scheme may act at three places, each a no-op by default.
 
-- ``embed(x, positions)``      — the input embedding (absolute schemes add to the token embeddings);
-- ``rotate(q, k, positions)``  — the q/k vectors, per head, after projection (the RoPE family);
-- ``score_bias(q_pos, k_pos)`` — an additive bias on the attention logits, after the 1/sqrt(d) scaling
-  (ALiBi, T5). Built once per forward pass and shared by all layers.
+- ``embed(x, positions)``      — the input embedding (absolute schemes add to, or convolve, the token embeddings);
+- ``rotate(q, k, positions)``  — the q/k vectors, per head, after projection (the RoPE family, xPos);
+- the attention scores, in two ways:
+  - ``score_bias(q_pos, k_pos, layer)`` — an additive, content-independent bias on the logits, after the 1/sqrt(d)
+    scaling (ALiBi, T5, KERPLE, Sandwich, FIRE). Built once per forward pass and shared by all layers unless the
+    scheme sets ``bias_per_layer`` (then once per layer);
+  - ``score_terms(q, k, positions, layer)`` — content-dependent logit terms that need q or k (Shaw's q·a_ij,
+    Transformer-XL's (q + v)·W R_{i-j}, CoPE's gated positions). When a scheme returns terms, attention is computed
+    explicitly (no fused kernel) and ``value_terms(probs, positions, layer)`` may add to the attention output.
+
+Schemes compose: ``Composite`` (see ``hybrid``) chains the hooks of a list of schemes and adds their biases.
 
 Positions always come from the actual sequence (``positions: (T,)`` int64), so nothing is sized by the training
 length except what a scheme declares itself (the learned table).
@@ -38,6 +45,12 @@ class ModelShape:
     n_heads: int
     head_dim: int
     train_seq_len: int  # only schemes that are sized by the training length by definition may use this
+    n_layers: int = 1  # for schemes with per-layer parameters (Shaw, Transformer-XL, KERPLE, FIRE, CoPE)
+    max_train_position: int | None = None  # largest position + 1 seen in training (randomized positions); None = L
+
+    @property
+    def position_range(self) -> int:
+        return self.max_train_position or self.train_seq_len
 
 
 @dataclass
@@ -51,6 +64,7 @@ class Scheme(nn.Module):
     citation: ClassVar[str] = ""
     acts_on: ClassVar[tuple[str, ...]] = ()  # subset of ("input", "qk", "scores")
     relative: ClassVar[bool] = False  # True when attention depends only on i - j (shift-invariant)
+    bias_per_layer: ClassVar[bool] = False  # True when score_bias differs by layer (per-layer parameters)
     Options: ClassVar[type] = NoOptions
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -74,22 +88,41 @@ class Scheme(nn.Module):
         """q, k: (B, H, T, D), positions: (T,) -> transformed (q, k)."""
         return q, k
 
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:
         """q_pos: (Tq,), k_pos: (Tk,) -> additive logit bias (H, Tq, Tk), or None for no bias.
 
-        Only entries with k_pos <= q_pos are used (the model applies the causal mask)."""
+        Only entries with k_pos <= q_pos are used (the model applies the causal mask). ``layer`` matters only
+        when ``bias_per_layer`` is set; otherwise the model calls this once per forward pass."""
+        return None
+
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                    layer: int) -> torch.Tensor | None:
+        """q, k: (B, H, T, D) after ``rotate``, positions: (T,) -> extra logits (B, H, T, T) on the scale of
+        q·k/√d, or None. Future entries (j > i) are masked afterwards and may hold anything finite."""
+        return None
+
+    def value_terms(self, probs: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor | None:
+        """probs: (B, H, T, T) attention weights -> (B, H, T, D) added to probs @ v, or None. Called only when
+        ``score_terms`` returned terms for this layer."""
         return None
 
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def label(self) -> str:
         """Name plus the options that differ from the defaults, e.g. ``learned[beyond_table=clamp]``: the row
         name in every table, so a number always says which variant produced it."""
-        changed = [
-            f"{f.name}={getattr(self.options, f.name)}"
-            for f in dataclasses.fields(self.options)
-            if getattr(self.options, f.name) != _default(f)
-        ]
-        return f"{self.name}[{','.join(changed)}]" if changed else self.name
+        return options_label(self.name, self.options)
+
+
+def options_label(name: str, options: Any, skip: tuple[str, ...] = ()) -> str:
+    """``name[key=value,...]`` for the options that differ from their defaults (``skip``: fields left out)."""
+    if not dataclasses.is_dataclass(options):
+        return name
+    changed = [
+        f"{f.name}={getattr(options, f.name)}"
+        for f in dataclasses.fields(options)
+        if f.name not in skip and getattr(options, f.name) != _default(f)
+    ]
+    return f"{name}[{','.join(changed)}]" if changed else name
 
 
 def _default(f: dataclasses.Field) -> Any:

@@ -1,6 +1,7 @@
 """Learned absolute positions: a trainable table P ∈ R^{L_max×d} added at the input (GPT-2 / nanoGPT ``wpe``).
 
-The table has ``train_seq_len`` rows by definition, so positions past it have no embedding. What happens there is a
+The table has one row per position seen in training (the training length, or the range of randomized positions)
+by definition, so positions past it have no embedding. What happens there is a
 policy, recorded in the row label whenever it is not the default:
 - ``na``     — refuse: the evaluator reports those lengths as not applicable, with the reason;
 - ``clamp``  — reuse the last trained row for every later position;
@@ -39,7 +40,7 @@ class Learned(Scheme):
 
     def __init__(self, options: LearnedOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
-        self.table = nn.Parameter(torch.randn(shape.train_seq_len, shape.d_model) * options.init_std)
+        self.table = nn.Parameter(torch.randn(shape.position_range, shape.d_model) * options.init_std)
 
     def _untrained_rows(self, n: int, like: torch.Tensor) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.options.extend_seed)
@@ -54,7 +55,7 @@ class Learned(Scheme):
             policy = self.options.beyond_table
             if policy == "na":
                 raise LengthNotSupported(
-                    f"learned table has {rows} rows (the training length) but position {last} was asked for; "
+                    f"learned table has {rows} rows (the positions seen in training) but position {last} was asked for; "
                     "re-evaluate with scheme.beyond_table=clamp or extend"
                 )
             if policy == "clamp":

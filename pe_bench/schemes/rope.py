@@ -1,15 +1,51 @@
 """Rotary position embedding (Su et al. 2021, RoFormer eq. 34): rotate each (q, k) pair by p·θ_k, θ_k = b^(-2k/d),
-so that q_m·k_n depends only on m − n."""
+so that q_m·k_n depends only on m − n.
+
+Context extension (``scaling``) changes the frequencies of a model trained with plain RoPE, typically at evaluation
+time only (``pe-bench eval RUN scheme.scaling.type=yarn scheme.scaling.factor=8``). With scale s, rotary dim d,
+base b, original (training) length L, exactly as Hugging Face ``modeling_rope_utils`` defines them:
+
+- ``linear``  — position interpolation (Chen et al. 2023): θ_k / s;
+- ``ntk``     — NTK-aware base (bloc97): b' = b·s^(d/(d−2));
+- ``dynamic`` — dynamic NTK: for current length ℓ > L, b' = b·(s·ℓ/L − (s − 1))^(d/(d−2)); plain RoPE up to L;
+- ``yarn``    — YaRN (Peng et al. 2024, eq. 17–22): per-dimension blend of θ_k/s and θ_k by a linear ramp between
+  the dimensions where L/λ_k crosses β=32 and α=1 rotations, and attention temperature √(1/t) = 0.1·ln s + 1;
+- ``llama3``  — Llama 3.1: wavelengths λ_k above L/low_freq_factor use θ_k/s, below L/high_freq_factor θ_k, and
+  a smooth blend in between.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import math
+from dataclasses import dataclass, field
 
 import torch
 
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, Scheme, options_label
 
 LAYOUTS = ("half", "interleaved")
+SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
+
+
+@dataclass
+class RoPEScaling:
+    type: str = "none"  # one of SCALINGS
+    factor: float = 1.0  # s
+    original_length: int | None = None  # L the model was trained at; None = the run's training length
+    beta_fast: float = 32.0  # yarn: β, rotations above which a dimension is left unscaled
+    beta_slow: float = 1.0  # yarn: α, rotations below which a dimension is fully interpolated
+    attention_factor: float | None = None  # yarn: None = 0.1·ln s + 1
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+
+    def __post_init__(self) -> None:
+        if self.type not in SCALINGS:
+            raise ValueError(f"scheme.scaling.type must be one of {', '.join(SCALINGS)}, got {self.type!r}")
+        if self.factor < 1.0:
+            raise ValueError(f"scheme.scaling.factor must be >= 1, got {self.factor}")
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError("scheme.scaling.high_freq_factor must exceed low_freq_factor")
 
 
 @dataclass
@@ -17,25 +53,82 @@ class RoPEOptions:
     base: float = 10000.0
     layout: str = "half"  # "half": rotate_half pairs (i, i + d/2), NeoX/HF; "interleaved": pairs (2i, 2i+1), GPT-J
     rotary_fraction: float = 1.0  # partial rotary: rotate only the first fraction of each head's dims
+    scaling: RoPEScaling = field(default_factory=RoPEScaling)
 
     def __post_init__(self) -> None:
+        if isinstance(self.scaling, dict):
+            self.scaling = RoPEScaling(**self.scaling)
         if self.layout not in LAYOUTS:
             raise ValueError(f"scheme.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if not 0.0 < self.rotary_fraction <= 1.0:
             raise ValueError(f"scheme.rotary_fraction must be in (0, 1], got {self.rotary_fraction}")
 
 
-def rope_angles(positions: torch.Tensor, rot_dim: int, base: float) -> torch.Tensor:
-    """positions: (T,) -> angles p·θ_k: (T, rot_dim/2), in float32."""
-    inv_freq = base ** (-torch.arange(0, rot_dim, 2, dtype=torch.float64, device=positions.device) / rot_dim)
-    return (positions.to(torch.float64)[:, None] * inv_freq[None, :]).float()
+def inv_freq(rot_dim: int, base: float) -> torch.Tensor:
+    """θ_k = base^(−2k/d), k = 0..d/2−1, float64: (d/2,)."""
+    return base ** (-torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)
 
 
-def apply_rotary(x: torch.Tensor, angles: torch.Tensor, layout: str) -> torch.Tensor:
-    """x: (B, H, T, D), angles: (T, R/2) with R <= D even; rotates the first R dims of x, leaves the rest."""
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN attention temperature √(1/t) = 0.1·m·ln s + 1 (1 for s <= 1)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def yarn_correction_range(rot_dim: int, base: float, original_length: int, beta_fast: float,
+                          beta_slow: float) -> tuple[int, int]:
+    """Dimension indices between which YaRN's ramp runs: d·ln(L/(2π·rot)) / (2 ln b), floored (β) and ceiled (α),
+    clamped to [0, d−1]. d=64, b=1e4, L=512 → (3, 16)."""
+
+    def dim_for(rotations: float) -> float:
+        return rot_dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = math.floor(dim_for(beta_fast)), math.ceil(dim_for(beta_slow))
+    return max(low, 0), min(high, rot_dim - 1)
+
+
+def scaled_inv_freq(rot_dim: int, base: float, sc: RoPEScaling, original_length: int,
+                    seq_len: int) -> tuple[torch.Tensor, float]:
+    """Frequencies (d/2,) float64 and the attention factor for a scaling config at current length ``seq_len``."""
+    s, d = sc.factor, rot_dim
+    if sc.type == "none":
+        return inv_freq(d, base), 1.0
+    if sc.type == "linear":
+        return inv_freq(d, base) / s, 1.0
+    if sc.type == "ntk":
+        return inv_freq(d, base * s ** (d / (d - 2))), 1.0
+    if sc.type == "dynamic":
+        ell = max(seq_len, original_length)
+        return inv_freq(d, base * (s * ell / original_length - (s - 1)) ** (d / (d - 2))), 1.0
+    theta = inv_freq(d, base)
+    if sc.type == "yarn":
+        low, high = yarn_correction_range(d, base, original_length, sc.beta_fast, sc.beta_slow)
+        high = high + 0.001 if low == high else high
+        ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        keep = 1 - ramp  # 1: dimension left as trained (high frequency), 0: fully interpolated
+        attention = sc.attention_factor if sc.attention_factor is not None else yarn_mscale(s)
+        return theta / s * (1 - keep) + theta * keep, attention
+    # llama3
+    wavelen = 2 * math.pi / theta
+    low_wavelen, high_wavelen = original_length / sc.low_freq_factor, original_length / sc.high_freq_factor
+    out = torch.where(wavelen > low_wavelen, theta / s, theta)
+    smooth = (original_length / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor)
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, (1 - smooth) * out / s + smooth * out, out), 1.0
+
+
+def rope_angles(positions: torch.Tensor, rot_dim: int, base: float,
+                frequencies: torch.Tensor | None = None) -> torch.Tensor:
+    """positions: (T,) -> angles p·θ_k: (T, rot_dim/2), in float32 (computed in float64)."""
+    theta = inv_freq(rot_dim, base) if frequencies is None else frequencies
+    return (positions.to(torch.float64)[:, None] * theta.to(positions.device)[None, :]).float()
+
+
+def apply_rotary(x: torch.Tensor, angles: torch.Tensor, layout: str, scale: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """x: (B, H, T, D), angles: (T, R/2) with R <= D even; rotates the first R dims of x, leaves the rest.
+    ``scale`` multiplies the rotated pairs: a float, or (T, R/2) per position and frequency (xPos)."""
     rot_dim = 2 * angles.shape[-1]
     xr, rest = x[..., :rot_dim].float(), x[..., rot_dim:]
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = angles.cos() * scale, angles.sin() * scale
     if layout == "half":
         x1, x2 = xr[..., : rot_dim // 2], xr[..., rot_dim // 2 :]
         out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -47,7 +140,7 @@ def apply_rotary(x: torch.Tensor, angles: torch.Tensor, layout: str) -> torch.Te
 
 class RoPE(Scheme):
     name = "rope"
-    description = "rotary embedding of q and k by position-dependent angles (relative by construction)"
+    description = "rotary embedding of q and k by position-dependent angles; eval-time extension via scheme.scaling"
     citation = "Su et al. 2021, arXiv:2104.09864"
     acts_on = ("qk",)
     relative = True
@@ -59,7 +152,31 @@ class RoPE(Scheme):
         if self.rot_dim == 0:
             raise ValueError(f"scheme.rotary_fraction={options.rotary_fraction} rotates no dimension of a "
                              f"{shape.head_dim}-dim head; raise it")
+        sc = options.scaling
+        self.original_length = sc.original_length or shape.train_seq_len
+        if sc.type == "dynamic" and self.rot_dim <= 2:
+            raise ValueError("scheme.scaling.type=dynamic needs a rotary dimension above 2")
+
+    def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
+        """θ'_k (rot_dim/2,) float64 and the attention factor at current sequence length ``seq_len``."""
+        return scaled_inv_freq(self.rot_dim, self.options.base, self.options.scaling, self.original_length, seq_len)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        angles = rope_angles(positions, self.rot_dim, self.options.base)
-        return apply_rotary(q, angles, self.options.layout), apply_rotary(k, angles, self.options.layout)
+        seq_len = q.shape[-2] if self.options.scaling.type != "dynamic" else int(positions.max()) + 1
+        theta, attention = self.frequencies(seq_len)
+        angles = rope_angles(positions, self.rot_dim, self.options.base, theta)
+        # YaRN's temperature multiplies cos and sin (HF attention_factor), so q·k gains attention².
+        return (apply_rotary(q, angles, self.options.layout, attention),
+                apply_rotary(k, angles, self.options.layout, attention))
+
+    def label(self) -> str:
+        """``rope+yarn×8`` for a scaled model (plus any other changed option in brackets)."""
+        sc = self.options.scaling
+        base = options_label(self.name, self.options, skip=("scaling",))
+        if sc.type == "none":
+            return base
+        extra = [f"{f.name}={getattr(sc, f.name)}" for f in dataclasses.fields(sc)
+                 if f.name not in ("type", "factor") and getattr(sc, f.name) != f.default]
+        tag = f"+{sc.type}" + (f"×{sc.factor:g}" if not (sc.type == "dynamic" and sc.factor == 1) else "")
+        return base + tag + (f"[{','.join(extra)}]" if extra else "")
+

@@ -48,6 +48,6 @@ class T5Bias(Scheme):
         self.table = nn.Parameter(torch.zeros(shape.n_heads, options.num_buckets))  # starts as NoPE
         self.scale = options.scale if options.scale is not None else math.sqrt(shape.head_dim)
 
-    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
         buckets = t5_bucket(q_pos[:, None] - k_pos[None, :], self.options.num_buckets, self.options.max_distance)
         return self.scale * self.table[:, buckets]  # (H, Tq, Tk)

@@ -1,0 +1,49 @@
+"""CoPE, contextual position encoding (Golovneva et al. 2024, §3 and App. B): positions counted by gates,
+
+    g_ij = σ(q_i·k_j / √d),   p_ij = Σ_{t=j}^{i} g_it  (clipped to p_max − 1),   logit_ij += q_i·e[p_ij]
+
+with e[p] linearly interpolated between the integer rows e[⌊p⌋] and e[⌈p⌉]; computed, as in the paper's code, by
+gathering q_i·e[k] for integer k. One table e (p_max × d, zeros) per layer, shared by the heads. No use of the
+token index at all: positions are what the gates count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pe_bench.schemes.base import ModelShape, Scheme
+
+
+@dataclass
+class CoPEOptions:
+    max_position: int = 16  # p_max: rows of e; contextual positions are clipped to p_max − 1
+
+    def __post_init__(self) -> None:
+        if self.max_position < 2:
+            raise ValueError(f"scheme.max_position must be >= 2, got {self.max_position}")
+
+
+class CoPE(Scheme):
+    name = "cope"
+    description = "contextual positions: cumulative sigmoid gates count which keys matter; interpolated embeddings"
+    citation = "Golovneva et al. 2024, arXiv:2405.18719"
+    acts_on = ("scores",)
+    relative = True
+    Options = CoPEOptions
+
+    def __init__(self, options: CoPEOptions, shape: ModelShape) -> None:
+        super().__init__(options, shape)
+        self.pos_emb = nn.Parameter(torch.zeros(shape.n_layers, shape.head_dim, options.max_position))
+
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor:
+        future = positions[None, :] > positions[:, None]
+        gates = torch.sigmoid((q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5).masked_fill(future, 0.0)
+        pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=self.options.max_position - 1)  # Σ_{t >= j} g_it
+        lower = pos.floor()
+        w = pos - lower
+        by_row = (q @ self.pos_emb[layer].to(q.dtype)).float()  # (B, H, T, p_max): q_i·e[p]
+        at_lower = by_row.gather(-1, lower.long())
+        at_upper = by_row.gather(-1, pos.ceil().long())
+        return at_upper * w + at_lower * (1 - w)

@@ -1,0 +1,68 @@
+"""FIRE (Li et al. 2024, "Functional Interpolation for Relative Positions Improves Long Context Transformers",
+eq. 4–6): b_h(i, j) = f_θ(ψ(i − j) / ψ(max(L, i))), ψ(x) = ln(c·x + 1), f_θ an MLP 1 → 32 → H (ReLU).
+
+"Progressive interpolation": distances are normalised by the query position (once past the threshold L), so every
+query sees inputs in [0, 1] at any length. c and L are learned (L as a multiplier on its initial value, as in the
+DAPE reference code). One FIRE module per layer, as in that code.
+
+Not strictly relative: the normaliser depends on the query's absolute position i once i > L."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pe_bench.schemes.base import ModelShape, Scheme
+
+
+@dataclass
+class FireOptions:
+    mlp_width: int = 32
+    init_c: float = 0.1
+    init_threshold: float | None = None  # initial L; None = the training length (reference code: 512 = its L)
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.mlp_width < 1 or self.init_c <= 0:
+            raise ValueError("scheme.mlp_width must be >= 1 and scheme.init_c > 0")
+
+
+class FireLayer(nn.Module):
+    def __init__(self, n_heads: int, o: FireOptions, threshold: float) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(1, o.mlp_width), nn.ReLU(), nn.Linear(o.mlp_width, n_heads))
+        self.c = nn.Parameter(torch.tensor(o.init_c))
+        self.register_buffer("init_threshold", torch.tensor(float(threshold)))
+        self.threshold_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.eps = o.eps
+
+    def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """-> (H, Tq, Tk)."""
+        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()
+        threshold = (self.threshold_multiplier * self.init_threshold).abs()
+        normaliser = torch.maximum(q_pos.float(), threshold)[:, None]  # ψ(max(L, i))
+
+        def psi(x: torch.Tensor) -> torch.Tensor:
+            return torch.log(torch.abs(self.c * x) + 1)
+
+        normalised = psi(distance) / (psi(normaliser) + self.eps)  # (Tq, Tk) in [0, 1]
+        return self.mlp(normalised[..., None]).permute(2, 0, 1)
+
+
+class Fire(Scheme):
+    name = "fire"
+    description = "MLP of log distance normalised by log query position (progressive interpolation), per layer"
+    citation = "Li et al. 2024, arXiv:2310.04418"
+    acts_on = ("scores",)
+    bias_per_layer = True
+    Options = FireOptions
+
+    def __init__(self, options: FireOptions, shape: ModelShape) -> None:
+        super().__init__(options, shape)
+        threshold = options.init_threshold or shape.train_seq_len
+        self.layers = nn.ModuleList(FireLayer(shape.n_heads, options, threshold) for _ in range(shape.n_layers))
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
+        return self.layers[layer](q_pos, k_pos)

@@ -1,0 +1,94 @@
+"""Composition of schemes: each hook of a ``Composite`` applies its parts in order (embeddings and q/k chained,
+biases and score terms added). ``hybrid`` is the composite the explainers describe: absolute sinusoidal positions at
+the input plus a relative bias in attention (ALiBi by default; ``scheme.parts=[{name: sinusoidal},{name: t5}]``
+composes others, each part with its own options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from pe_bench.schemes.base import REGISTRY, ModelShape, Scheme, options_label
+
+
+def _sum(values: list[torch.Tensor | None]) -> torch.Tensor | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    total = present[0]
+    for v in present[1:]:
+        total = total + v
+    return total
+
+
+class Composite(Scheme):
+    """A list of schemes acting together. Subclasses give it a name and build ``parts``."""
+
+    def __init__(self, options: Any, shape: ModelShape, parts: list[Scheme]) -> None:
+        super().__init__(options, shape)
+        self.parts = nn.ModuleList(parts)
+        self.bias_per_layer = any(p.bias_per_layer for p in parts)  # type: ignore[misc]
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        for p in self.parts:
+            x = p.embed(x, positions)
+        return x
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for p in self.parts:
+            q, k = p.rotate(q, k, positions)
+        return q, k
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:
+        return _sum([p.score_bias(q_pos, k_pos, layer) for p in self.parts])
+
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                    layer: int) -> torch.Tensor | None:
+        return _sum([p.score_terms(q, k, positions, layer) for p in self.parts])
+
+    def value_terms(self, probs: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor | None:
+        return _sum([p.value_terms(probs, positions, layer) for p in self.parts])
+
+
+@dataclass
+class HybridOptions:
+    # Each part: {name: <scheme>, <option>: <value>, ...}; options left out keep that scheme's defaults.
+    parts: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "sinusoidal"}, {"name": "alibi"}])
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("scheme.parts is empty; list the schemes to compose, e.g. [{name: sinusoidal}]")
+        for part in self.parts:
+            name = part.get("name")
+            if name not in REGISTRY or name == "hybrid":
+                raise ValueError(f"scheme.parts: {name!r} is not a scheme to compose; choose from "
+                                 f"{', '.join(sorted(n for n in REGISTRY if n != 'hybrid'))}")
+
+
+class Hybrid(Composite):
+    name = "hybrid"
+    description = "composed: sinusoidal absolute positions at the input + ALiBi bias in attention (any parts)"
+    citation = "composition of Vaswani et al. 2017 and Press et al. 2022 (see scheme.parts)"
+    acts_on = ("input", "scores")
+    Options = HybridOptions
+
+    def __init__(self, options: HybridOptions, shape: ModelShape) -> None:
+        parts = []
+        for part in options.parts:
+            cls = REGISTRY[part["name"]]
+            values = {k: v for k, v in part.items() if k != "name"}
+            try:
+                part_options = cls.Options(**values)
+            except TypeError as e:
+                raise ValueError(f"scheme.parts: bad options for {part['name']}: {e}") from None
+            parts.append(cls(part_options, shape))
+        super().__init__(options, shape, parts)
+
+    def label(self) -> str:
+        """``hybrid`` with its default parts; otherwise the parts' labels joined by '+', e.g. ``sinusoidal+t5``."""
+        if self.options.parts == HybridOptions().parts:
+            return self.name
+        return "+".join(options_label(p.name, p.options) for p in self.parts)

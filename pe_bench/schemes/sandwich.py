@@ -1,0 +1,50 @@
+"""Sandwich (Chi et al. 2023, "Dissecting Transformer Length Extrapolation via the Lens of Receptive Field
+Analysis", §5): a parameter-free bias from the inner product of sinusoidal embeddings, p_i·p_j − p_i·p_i, which
+depends only on i − j, compressed per head:
+
+    b_h(i, j) = (Σ_{k=1}^{d'/2} cos((i − j) / 10000^(2k/d')) − d'/2) / (compression · h / H),  h = 1..H
+
+(NeMo's implementation; d' = ``dim``, the model width by default)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pe_bench.schemes.base import ModelShape, Scheme
+
+
+@dataclass
+class SandwichOptions:
+    dim: int | None = None  # d' of the sinusoidal embeddings; None = d_model
+    base: float = 10000.0
+    compression: float = 8.0  # head h divides the bias by compression·h/H
+
+    def __post_init__(self) -> None:
+        if self.dim is not None and (self.dim < 2 or self.dim % 2):
+            raise ValueError(f"scheme.dim must be an even number >= 2, got {self.dim}")
+
+
+def sandwich_bias(distance: torch.Tensor, dim: int, n_heads: int, base: float = 10000.0,
+                  compression: float = 8.0) -> torch.Tensor:
+    """distance: (Tq, Tk) of i − j -> (H, Tq, Tk)."""
+    k = torch.arange(1, dim // 2 + 1, dtype=torch.float64, device=distance.device)
+    inv = base ** (-2 * k / dim)
+    total = torch.cos(distance.to(torch.float64)[..., None] * inv).sum(-1) - dim / 2  # (Tq, Tk), <= 0
+    heads = torch.arange(1, n_heads + 1, dtype=torch.float64, device=distance.device)
+    return (total[None] / (compression * heads / n_heads)[:, None, None]).float()
+
+
+class Sandwich(Scheme):
+    name = "sandwich"
+    description = "parameter-free bias from inner products of sinusoidal embeddings, compressed per head"
+    citation = "Chi et al. 2023, arXiv:2212.10356"
+    acts_on = ("scores",)
+    relative = True
+    Options = SandwichOptions
+
+    def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
+        o = self.options
+        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+        return sandwich_bias(distance, o.dim or self.shape.d_model, self.shape.n_heads, o.base, o.compression)
