@@ -89,8 +89,10 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
 def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
              overrides: list[str] | None = typer.Argument(
                  None, metavar="KEY=VALUE",
-                 help="eval.* and scheme.* overrides, e.g. eval.lengths=[64,1024] scheme.beyond_table=clamp")) -> None:
-    """Re-evaluate a saved run at other lengths or with eval-time scheme options, without retraining."""
+                 help="eval.* and scheme.* overrides, e.g. eval.lengths=[64,1024] scheme.scaling.type=yarn "
+                      "scheme.scaling.factor=8")) -> None:
+    """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
+    learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label."""
     from pe_bench.experiment import evaluate_run
     from pe_bench.runs import Run
 
@@ -99,6 +101,8 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
         raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
                           "train one with `pe-bench train`")
     cfg = apply_overrides(from_yaml(run.config), overrides or [], allowed=("eval", "scheme"))
+    if any(o.lstrip("+~").startswith("scheme") for o in overrides or []):
+        cfg.eval.variants = False  # the user asked for one variant (e.g. rope+yarn×8): evaluate just that one
     evaluate_run(run, cfg)
     _print_run_table(run.path, cfg.eval.split)
     console.print(f"updated {run.eval_csv}")

@@ -62,6 +62,36 @@ def test_eval_reevaluates_a_saved_run_without_retraining(smoke_args, tmp_path):
     assert len(ev3) == len(ev2) + 1 and set(ev3["split"]) == {"validation", "test"}  # test rows sit beside
 
 
+def test_rope_extensions_are_rows_of_their_own_and_can_be_added_at_eval_time(smoke_args, tmp_path):
+    assert invoke("train", "scheme=rope", *smoke_args, "--no-progress").exit_code == 0
+    run = only_run(tmp_path / "results")
+    ev = pd.read_csv(run / "eval.csv")
+    extensions = {"rope+linear×8", "rope+ntk×8", "rope+dynamic", "rope+yarn×8", "rope+llama3×8"}
+    assert set(ev["scheme"]) == {"rope"} | extensions
+    assert (ev["status"] == "ok").all() and (ev["base_scheme"] == "rope").all()
+    ok = ev[ev["mode"] == "nonoverlapping"].set_index(["scheme", "L_eval"])["ppl"]
+    assert ok["rope+dynamic", 32] == ok["rope", 32]  # dynamic NTK leaves lengths <= L untouched
+    assert ok["rope+linear×8", 32] != ok["rope", 32]
+
+    r = invoke("eval", str(run), "scheme.scaling.type=yarn", "scheme.scaling.factor=4")
+    assert r.exit_code == 0, r.output
+    ev2 = pd.read_csv(run / "eval.csv")
+    assert set(ev2["scheme"]) == set(ev["scheme"]) | {"rope+yarn×4"}  # just the asked-for variant was added
+    assert len(ev2) == len(ev) + 8
+    assert "rope+yarn×4" in r.output
+
+
+def test_randomized_positions_train_and_evaluate_within_their_range(smoke_args, tmp_path):
+    r = invoke("train", "scheme=learned", "train.random_positions=128", "eval.variants=false", *smoke_args,
+               "--no-progress")
+    assert r.exit_code == 0, r.output
+    run = only_run(tmp_path / "results")
+    ev = pd.read_csv(run / "eval.csv")
+    assert set(ev[ev["status"] == "ok"]["L_eval"]) == {32, 64, 128}  # the 128-row table covers all of them
+    na = ev[ev["status"] == "not_applicable"]
+    assert set(na["L_eval"]) == {256} and "raise train.random_positions" in na["note"].iloc[0]
+
+
 def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
     r = invoke("sweep", "scheme=nope,alibi", *smoke_args, "--no-progress")
     assert r.exit_code == 0, r.output
@@ -91,6 +121,9 @@ def test_schemes_lists_every_registered_scheme_on_one_line():
     (["scheme=rope", "scheme.layout=diagonal"], "scheme.layout must be one of half, interleaved"),
     (["scheme=rope", "scheme.bas=1"], "unknown config key 'scheme.bas'"),
     (["eval.modes=[nonoverlapping,strided]"], "eval.modes has ['strided']"),
+    (["train.random_positions=10"], "train.random_positions=10 must be 0 (off) or at least train.seq_len=64"),
+    (["scheme=rope", "scheme.scaling.type=longrope"], "scheme.scaling.type must be one of"),
+    (["scheme=hybrid", "scheme.parts=[{name:sinusoidal},{name:nosuch}]"], "'nosuch' is not a scheme to compose"),
     (["data=local"], "data.source=local needs data.path"),
     (["model.d_model=100", "model.n_heads=3"], "must be divisible by model.n_heads=3"),
 ])

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from pe_bench.schemes import ModelShape
-from pe_bench.schemes.rope import (RoPE, RoPEOptions, RoPEScaling, scaled_inv_freq, yarn_correction_range,
-                                   yarn_mscale)
+from pe_bench.schemes.rope import RoPE, RoPEOptions, RoPEScaling, scaled_inv_freq, yarn_correction_range, yarn_mscale
 
 
 def thetas(d, b):
@@ -106,7 +105,7 @@ def test_original_length_defaults_to_the_training_length():
 def test_yarn_temperature_scales_q_and_k():
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 1, 5, 32, generator=g)
-    qr, kr = rope(type="yarn", factor=8).rotate(q, q, torch.arange(5))
+    qr, _ = rope(type="yarn", factor=8).rotate(q, q, torch.arange(5))
     torch.testing.assert_close(qr.norm(dim=-1), q.norm(dim=-1) * yarn_mscale(8))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import Scheme
 
 
 @dataclass
