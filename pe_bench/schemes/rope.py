@@ -156,14 +156,18 @@ class RoPE(Scheme):
         self.original_length = sc.original_length or shape.train_seq_len
         if sc.type == "dynamic" and self.rot_dim <= 2:
             raise ValueError("scheme.scaling.type=dynamic needs a rotary dimension above 2")
+        # Every type but dynamic is independent of the length: computed once, moved with the module.
+        theta, self.attention = self.frequencies(shape.train_seq_len)
+        self.register_buffer("theta", theta, persistent=False)
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """θ'_k (rot_dim/2,) float64 and the attention factor at current sequence length ``seq_len``."""
         return scaled_inv_freq(self.rot_dim, self.options.base, self.options.scaling, self.original_length, seq_len)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        seq_len = q.shape[-2] if self.options.scaling.type != "dynamic" else int(positions.max()) + 1
-        theta, attention = self.frequencies(seq_len)
+        theta, attention = self.theta, self.attention
+        if self.options.scaling.type == "dynamic":
+            theta, attention = self.frequencies(int(positions.max()) + 1)
         angles = rope_angles(positions, self.rot_dim, self.options.base, theta)
         # YaRN's temperature multiplies cos and sin (HF attention_factor), so q·k gains attention².
         return (apply_rotary(q, angles, self.options.layout, attention),
