@@ -28,12 +28,14 @@ class SandwichOptions:
 
 def sandwich_bias(distance: torch.Tensor, dim: int, n_heads: int, base: float = 10000.0,
                   compression: float = 8.0) -> torch.Tensor:
-    """distance: (Tq, Tk) of i − j -> (H, Tq, Tk)."""
+    """distance: (Tq, Tk) of i − j >= 0 -> (H, Tq, Tk). Computed once per distinct distance, then gathered."""
     k = torch.arange(1, dim // 2 + 1, dtype=torch.float64, device=distance.device)
     inv = base ** (-2 * k / dim)
-    total = torch.cos(distance.to(torch.float64)[..., None] * inv).sum(-1) - dim / 2  # (Tq, Tk), <= 0
+    d = torch.arange(int(distance.max()) + 1, dtype=torch.float64, device=distance.device)
+    per_distance = torch.cos(d[:, None] * inv).sum(-1) - dim / 2  # (n,), <= 0
     heads = torch.arange(1, n_heads + 1, dtype=torch.float64, device=distance.device)
-    return (total[None] / (compression * heads / n_heads)[:, None, None]).float()
+    table = (per_distance[None] / (compression * heads / n_heads)[:, None]).float()  # (H, n)
+    return table[:, distance]
 
 
 class Sandwich(Scheme):
