@@ -165,6 +165,76 @@ def sweep(overrides: list[str] | None = typer.Argument(
         raise typer.Exit(1)
 
 
+def _find_runs(paths: list[str]) -> list[Path]:
+    """Run directories from run dirs, results dirs (holding runs/), directories of runs, or glob patterns."""
+    import glob
+
+    found: list[Path] = []
+    for p in paths:
+        matches = [Path(m) for m in sorted(glob.glob(p))] or [Path(p)]
+        for m in matches:
+            if (m / "eval.csv").exists():
+                found.append(m)
+            elif m.is_dir():
+                base = m / "runs" if (m / "runs").is_dir() else m
+                found += sorted(d for d in base.iterdir() if (d / "eval.csv").exists())
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise ConfigError(f"no evaluated run directories under {' '.join(paths)}; pass run directories, a results "
+                          "directory (with runs/), or a glob like 'results/runs/rope-*'")
+    return unique
+
+
+@app.command()
+@friendly
+def report(paths: list[str] = typer.Argument(..., help="Run directories, results directories, or globs."),
+           out: Path = typer.Option(Path("results/report"), help="Where tables and plots are written."),
+           data: list[str] | None = typer.Option(None, help="Keep only these data presets (repeatable)."),
+           model: list[str] | None = typer.Option(None, help="Keep only these model presets (repeatable)."),
+           seq_len: list[int] | None = typer.Option(None, "--L", help="Keep only these training lengths."),
+           scheme: list[str] | None = typer.Option(None, help="Keep only these scheme rows (repeatable)."),
+           mode: list[str] | None = typer.Option(None, help="Modes to tabulate: nonoverlapping, sliding."),
+           split: str = typer.Option("validation", help="Evaluation split."),
+           plots: bool = typer.Option(True, help="Write PNG plots (needs matplotlib: pip install '.[plots]').")
+           ) -> None:
+    """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (mean ± std over seeds, the
+    number of seeds), ppl_vs_length_<mode>.png and loss_vs_position.png. Same inputs, same bytes."""
+    from pe_bench.report import MODES, collect, collect_positions, plot_lengths, plot_positions, write_tables
+    from pe_bench.runs import Run, atomic_write_text
+
+    runs = [Run(p) for p in _find_runs(paths)]
+    df, pos = collect(runs), collect_positions(runs)
+    filters = {"data": data, "model": model, "L_train": seq_len, "scheme": scheme}
+    for column, keep in filters.items():
+        if keep:
+            df = df[df[column].isin(keep)]
+            pos = pos[pos[column].isin(keep)] if not pos.empty and column in pos else pos
+    modes = mode or list(MODES)
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ConfigError(f"--mode {bad[0]!r} is not one of: {', '.join(MODES)}")
+    df = df[df["mode"].isin(modes)] if not df.empty else df
+    if df.empty:
+        raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--mode")
+    df = df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "eval_long.csv", df.to_csv(index=False))
+    written = [out / "eval_long.csv"]
+    title = f"pe-bench report: {len(runs)} runs"
+    _print_tables(df, split)
+    written += write_tables(df, out, title, split)
+    if plots:
+        try:
+            for m in modes:
+                written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split))
+            written.append(plot_positions(pos, out / "loss_vs_position.png", split))
+        except ImportError:
+            err.print("plots skipped: matplotlib is not installed (pip install '.[plots]')")
+    for p in written:
+        if p is not None:
+            console.print(f"wrote {p}")
+
+
 @app.command("schemes")
 def list_schemes() -> None:
     """List the registered positional schemes, one line each: name, where it acts, what it is, citation."""

@@ -1,4 +1,5 @@
-"""Run directories → comparison tables (rows: scheme variant; columns: eval length), as CSV, markdown and rich."""
+"""Run directories → comparison tables (rows: scheme variant; columns: eval length), as CSV, markdown and rich, and
+plots (perplexity vs eval length; loss vs position)."""
 
 from __future__ import annotations
 
@@ -35,18 +36,24 @@ def comparison(df: pd.DataFrame, mode: str, split: str = "validation") -> pd.Dat
         return pd.DataFrame()
     lengths = sorted(int(x) for x in d["L_eval"].unique())
     mean = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].mean()
+    std = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].std()  # NaN for one seed
     seeds = d.groupby(["scheme", "L_train"], sort=False)["seed"].nunique()
     rows, index = [], []
     for scheme, L in dict.fromkeys(zip(d["scheme"], d["L_train"])):
         cells = {str(n): mean.get((scheme, L, n), float("nan")) for n in lengths}
         base, last = cells.get(str(L), float("nan")), cells[str(lengths[-1])]
-        row = {str(n): (round(float(cells[str(n)]), 3) if pd.notna(cells[str(n)])
+        row = {str(n): (_cell(cells[str(n)], std.get((scheme, L, n), float("nan"))) if pd.notna(cells[str(n)])
                         else "n/a" if (scheme, L, n) in mean.index else "—") for n in lengths}
         row["longest/L"] = "n/a" if pd.isna(base) or pd.isna(last) else round(float(last / base), 3)
         row["seeds"] = int(seeds[(scheme, L)])
         rows.append(row)
         index.append((scheme, int(L)))
     return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
+
+
+def _cell(mean: float, std: float) -> float | str:
+    """The mean, rounded; 'mean ± std' when there is more than one seed."""
+    return round(float(mean), 3) if pd.isna(std) else f"{float(mean):.3f} ± {float(std):.3f}"
 
 
 def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "", split: str = "validation") -> list[Path]:
@@ -97,3 +104,88 @@ def rich_table(t: pd.DataFrame, title: str) -> Table:
     for (scheme, L), row in t.iterrows():
         table.add_row(escape(str(scheme)), str(L), *[str(v) for v in row.values])
     return table
+
+
+def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", split: str = "validation") -> Path | None:
+    """Perplexity vs eval length (log2 x axis), one line per scheme variant and training length, shaded ± std
+    over seeds. Returns the path, or None when there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = df[(df["mode"] == mode) & (df["split"] == split) & df["ppl"].notna()]
+    if d.empty:
+        return None
+    stats = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].agg(["mean", "std"]).reset_index()
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # distinct colours for up to 20 rows
+    for (scheme, L), g in stats.groupby(["scheme", "L_train"], sort=False):
+        g = g.sort_values("L_eval")
+        label = scheme if d["L_train"].nunique() == 1 else f"{scheme} (L={L})"
+        (line,) = ax.plot(g["L_eval"], g["mean"], marker="o", ms=3, label=label)
+        ax.fill_between(g["L_eval"], g["mean"] - g["std"].fillna(0), g["mean"] + g["std"].fillna(0),
+                        color=line.get_color(), alpha=0.2, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel(f"perplexity ({split}, {mode})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    fig.tight_layout()
+    _save(fig, path)
+    return path
+
+
+def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation") -> Path | None:
+    """Mean loss vs position inside the window at the longest evaluated length, one line per scheme variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = pos[pos["split"] == split] if not pos.empty else pos
+    if d.empty:
+        return None
+    longest = d["L_eval"].max()
+    d = d[d["L_eval"] == longest]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # distinct colours for up to 20 rows
+    for (scheme, L), g in d.groupby(["scheme", "L_train"], sort=False):
+        g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)[["nll", "tokens"]]
+             .sum().reset_index())  # token-weighted over seeds
+        g["mid"], g["loss"] = (g["pos_start"] + g["pos_end"]) / 2, g["nll"] / g["tokens"]
+        label = scheme if d["L_train"].nunique() == 1 else f"{scheme} (L={L})"
+        ax.plot(g["mid"], g["loss"], marker="o", ms=3, label=label)
+    for L in sorted(d["L_train"].unique()):
+        ax.axvline(L, color="grey", ls="--", lw=0.8)
+    ax.set_xlabel(f"position inside a {longest}-token window (dashed: training length)")
+    ax.set_ylabel(f"mean loss, nats/token ({split})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    fig.tight_layout()
+    _save(fig, path)
+    return path
+
+
+def collect_positions(runs: list[Run]) -> pd.DataFrame:
+    rows = [{"run": run.path.name, **r} for run in runs if run.positions_csv.exists()
+            for r in read_csv(run.positions_csv)]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    for c in ("L_train", "L_eval", "pos_start", "pos_end", "tokens", "seed"):
+        df[c] = pd.to_numeric(df[c])
+    df["loss"] = pd.to_numeric(df["loss"], errors="coerce")
+    return df
+
+
+def _save(fig, path: Path) -> None:
+    """Deterministic PNG (no timestamp metadata), written atomically."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, format="png", metadata={"Software": None})
+    plt.close(fig)
+    tmp.replace(path)

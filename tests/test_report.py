@@ -20,7 +20,7 @@ def rows():
 def test_comparison_means_over_seeds_and_marks_missing_cells():
     t = comparison(rows(), "nonoverlapping")
     assert list(t.columns) == ["64", "512", "longest/L", "seeds"]
-    assert t.loc[("alibi", 64)].tolist() == [11.0, 10.0, round(10 / 11, 3), 2]
+    assert t.loc[("alibi", 64)].tolist() == ["11.000 ± 1.414", "10.000 ± 1.414", round(10 / 11, 3), 2]  # mean ± std
     assert t.loc[("learned", 64), "512"] == "n/a" and t.loc[("learned", 64), "longest/L"] == "n/a"
     assert t.loc[("rope", 64), "512"] == "—"
     assert comparison(rows(), "sliding").empty
@@ -32,3 +32,33 @@ def test_tables_are_written_deterministically(tmp_path):
     b = write_tables(rows(), tmp_path / "b", "t")
     assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
     assert "| learned | 64 | 10.0 | n/a | n/a | 1 |" in (tmp_path / "a" / "comparison.md").read_text()
+
+
+def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tmp_path):
+    from typer.testing import CliRunner
+
+    from pe_bench.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["sweep", "scheme=nope,alibi", "seed=0,1", "eval.variants=false", *smoke_args,
+                            "--no-progress"])
+    assert r.exit_code == 0, r.output
+    results = tmp_path / "results"
+    outs = []
+    for name in ("a", "b"):
+        r = runner.invoke(app, ["report", str(results), "--out", str(tmp_path / name), "--mode", "nonoverlapping"])
+        assert r.exit_code == 0, r.output
+        outs.append(tmp_path / name)
+    files = sorted(p.name for p in outs[0].iterdir())
+    assert files == ["comparison.csv", "comparison.md", "eval_long.csv", "loss_vs_position.png",
+                     "ppl_vs_length_nonoverlapping.png"]
+    assert all((outs[0] / f).read_bytes() == (outs[1] / f).read_bytes() for f in files)
+    table = pd.read_csv(outs[0] / "comparison.csv")
+    assert set(table["seeds"]) == {2} and table["32"].str.contains(" ± ").all()  # mean ± std over 2 seeds
+    long = pd.read_csv(outs[0] / "eval_long.csv")
+    assert len(long) == 2 * 2 * 4 and set(long["seed"]) == {0, 1}
+    only = runner.invoke(app, ["report", str(results / "runs" / "alibi-*"), "--out", str(tmp_path / "c"),
+                               "--scheme", "alibi", "--no-plots"])
+    assert only.exit_code == 0 and set(pd.read_csv(tmp_path / "c" / "comparison.csv")["scheme"]) == {"alibi"}
+    bad = runner.invoke(app, ["report", str(tmp_path / "nowhere")])
+    assert bad.exit_code == 2 and "no evaluated run directories" in bad.output
