@@ -109,17 +109,11 @@ def rich_table(t: pd.DataFrame, title: str) -> Table:
 def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", split: str = "validation") -> Path | None:
     """Perplexity vs eval length (log2 x axis), one line per scheme variant and training length, shaded ± std
     over seeds. Returns the path, or None when there is nothing to plot."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     d = df[(df["mode"] == mode) & (df["split"] == split) & df["ppl"].notna()]
     if d.empty:
         return None
     stats = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].agg(["mean", "std"]).reset_index()
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # distinct colours for up to 20 rows
+    fig, ax = _figure()
     for (scheme, L), g in stats.groupby(["scheme", "L_train"], sort=False):
         g = g.sort_values("L_eval")
         label = scheme if d["L_train"].nunique() == 1 else f"{scheme} (L={L})"
@@ -131,26 +125,18 @@ def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", spl
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel(f"perplexity ({split}, {mode})")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
-    fig.tight_layout()
-    _save(fig, path)
+    _save(fig, ax, path)
     return path
 
 
 def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation") -> Path | None:
     """Mean loss vs position inside the window at the longest evaluated length, one line per scheme variant."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     d = pos[pos["split"] == split] if not pos.empty else pos
     if d.empty:
         return None
     longest = d["L_eval"].max()
     d = d[d["L_eval"] == longest]
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # distinct colours for up to 20 rows
+    fig, ax = _figure()
     for (scheme, L), g in d.groupby(["scheme", "L_train"], sort=False):
         g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)[["nll", "tokens"]]
              .sum().reset_index())  # token-weighted over seeds
@@ -162,9 +148,7 @@ def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation") -> 
     ax.set_xlabel(f"position inside a {longest}-token window (dashed: training length)")
     ax.set_ylabel(f"mean loss, nats/token ({split})")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
-    fig.tight_layout()
-    _save(fig, path)
+    _save(fig, ax, path)
     return path
 
 
@@ -180,10 +164,24 @@ def collect_positions(runs: list[Run]) -> pd.DataFrame:
     return df
 
 
-def _save(fig, path: Path) -> None:
-    """Deterministic PNG (no timestamp metadata), written atomically."""
+def _figure():
+    """A headless figure whose colour cycle has 20 distinct colours (one per table row)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+    return fig, ax
+
+
+def _save(fig, ax, path: Path) -> None:
+    """Legend, then a deterministic PNG (no timestamp metadata), written atomically."""
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     fig.savefig(tmp, format="png", metadata={"Software": None})

@@ -113,6 +113,11 @@ class Scheme(nn.Module):
         return options_label(self.name, self.options)
 
 
+def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """i − j for every (query, key) pair, clamped at 0 for the future keys the causal mask removes: (Tq, Tk)."""
+    return (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+
+
 def options_label(name: str, options: Any, skip: tuple[str, ...] = ()) -> str:
     """``name[key=value,...]`` for the options that differ from their defaults (``skip``: fields left out)."""
     if not dataclasses.is_dataclass(options):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
 
 
 @dataclass
@@ -40,7 +40,7 @@ class FireLayer(nn.Module):
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """-> (H, Tq, Tk)."""
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()
+        distance = causal_distance(q_pos, k_pos).float()
         threshold = (self.threshold_multiplier * self.init_threshold).abs()
         normaliser = torch.maximum(q_pos.float(), threshold)[:, None]  # ψ(max(L, i))
 

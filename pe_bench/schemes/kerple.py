@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
 
 EPS = 1e-2
 
@@ -39,7 +39,7 @@ class _Kerple(Scheme):
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
         i = layer if self.options.per_layer else 0
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()[None]  # (1, Tq, Tk)
+        distance = causal_distance(q_pos, k_pos).float()[None]  # (1, Tq, Tk)
         return self.kernel(distance, self.r1[i].clamp(min=EPS)[:, None, None], self.r2[i][:, None, None])
 
     def kernel(self, distance: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:

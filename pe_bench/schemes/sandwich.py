@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pe_bench.schemes.base import Scheme
+from pe_bench.schemes.base import Scheme, causal_distance
 
 
 @dataclass
@@ -48,5 +48,5 @@ class Sandwich(Scheme):
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
         o = self.options
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+        distance = causal_distance(q_pos, k_pos)
         return sandwich_bias(distance, o.dim or self.shape.d_model, self.shape.n_heads, o.base, o.compression)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
 
 
 @dataclass
@@ -28,7 +28,7 @@ class ShawOptions:
 
 def shaw_index(q_pos: torch.Tensor, k_pos: torch.Tensor, max_distance: int) -> torch.Tensor:
     """Row of the table for each (i, j): clip(i − j, 0, k) (the causal half of clip(j − i, −k, k)). -> (Tq, Tk)."""
-    return (q_pos[:, None] - k_pos[None, :]).clamp(0, max_distance)
+    return causal_distance(q_pos, k_pos).clamp(max=max_distance)
 
 
 class Shaw(Scheme):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
 from pe_bench.schemes.sinusoidal import sinusoid_table
 
 
@@ -39,7 +39,7 @@ class TransformerXL(Scheme):
 
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor:
         B, H, T, D = q.shape
-        distance = (positions[:, None] - positions[None, :]).clamp(min=0)  # (T, T)
+        distance = causal_distance(positions, positions)  # (T, T)
         n = int(distance.max()) + 1
         R = sinusoid_table(torch.arange(n, device=q.device), self.shape.d_model, self.options.base)  # (n, C)
         r = (R.to(q.dtype) @ self.r_proj[layer].to(q.dtype)).view(n, H, D).transpose(0, 1)  # (H, n, D): W_R R
