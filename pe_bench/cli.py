@@ -17,6 +17,7 @@ from rich.table import Table
 from pe_bench import schemes
 from pe_bench.config import ConfigError, apply_overrides, compose, from_yaml
 from pe_bench.data import DataError
+from pe_bench.distributed import StopRequested, stop_on_signals
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.")
@@ -40,6 +41,9 @@ def friendly(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             err.print("interrupted: run the same command again to resume from the last checkpoint")
             raise typer.Exit(130) from None
+        except StopRequested as e:
+            err.print(f"{e} (on a signal); run the same command again to resume")
+            raise typer.Exit(3) from None
         except typer.Exit:
             raise
         except Exception as e:
@@ -77,6 +81,7 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     from pe_bench.experiment import run_one
 
     cfg = compose(overrides or [])
+    stop_on_signals()  # SIGTERM/SIGUSR1 (kill, Slurm near its time limit): checkpoint at the next step, exit 3
     run = run_one(cfg, progress=progress)
     _print_run_table(run.path, cfg.eval.split)
     meta = run.meta()
@@ -108,60 +113,119 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
     console.print(f"updated {run.eval_csv}")
 
 
+SWEEP_HELP = ("sweep=NAME (configs/sweep/NAME.yaml; default: default), sweep.KEY=VALUE to change it, and run "
+              "overrides; comma lists are axes: scheme=rope,alibi seed=0,1,2 train.seq_len=64,128")
+
+
 @app.command()
 @friendly
-def sweep(overrides: list[str] | None = typer.Argument(
-              None, metavar="KEY=VALUE", help=OVERRIDES_HELP + "; comma lists sweep (scheme=rope,alibi seed=0,1)"),
+def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=SWEEP_HELP),
+          dry_run: bool = typer.Option(False, "--dry-run", help="List the points and what would be skipped; run "
+                                       "nothing."),
+          launcher: str | None = typer.Option(None, help="local or slurm (default: the sweep config's)."),
+          parallel: int | None = typer.Option(None, help="local: this many `pe-bench train` processes at once."),
+          wait: bool | None = typer.Option(None, help="slurm: block until the array is done, then report."),
+          emit_sbatch: Path | None = typer.Option(None, "--emit-sbatch", metavar="DIR",
+                                                  help="Write DIR/jobs.txt and DIR/sweep.sbatch (a plain Slurm "
+                                                  "array script) instead of running."),
+          out: Path | None = typer.Option(None, help="Report directory (default: <results_dir>/<sweep name>)."),
           progress: bool = typer.Option(True, help="Show progress bars.")) -> None:
-    """Train and evaluate every point of a sweep (default: every registered scheme), then print and write the
-    comparison table. Finished points are skipped; interrupted ones resume from their checkpoint."""
-    from pe_bench.evaluate import eval_lengths
-    from pe_bench.experiment import is_done, run_one
-    from pe_bench.report import collect, write_tables
-    from pe_bench.runs import Run, run_dir_for
-    from pe_bench.sweep import expand
+    """Train and evaluate every point of a sweep, then write its report (tables, long CSV, plots). The default
+    sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
+    checkpoint; a failing point is recorded in its run directory and never stops the others."""
+    from pe_bench import launchers
+    from pe_bench.sweep import check_data, expand, load_sweep, plan, report_dir, split_overrides
 
-    points = expand(overrides or [])
-    configs = [compose(p) for p in points]  # validate every point before training any
+    name, sweep_keys, run_keys = split_overrides(overrides or [])
+    sw = load_sweep(name, sweep_keys)
+    sw.launcher = launcher or sw.launcher
+    sw.local.parallel = parallel or sw.local.parallel
+    sw.slurm.wait = sw.slurm.wait if wait is None else wait
+    sw.out = str(out) if out else sw.out
+    if sw.launcher not in ("local", "slurm"):
+        raise ConfigError(f"--launcher {sw.launcher!r} is not one of: local, slurm")
     t0 = time.perf_counter()
-    runs, status = [], {"done": 0, "skipped": 0, "failed": 0}
+    points = plan(expand(sw, run_keys))
+    _print_plan(points, sw.name)
+    if dry_run:
+        return
+    todo = [p for p in points if p.state not in ("done", "running")]
+    if emit_sbatch:
+        jobs, script = launchers.emit_sbatch(todo, sw.slurm, emit_sbatch, sw.name)
+        console.print(f"wrote {jobs} ({len(todo)} runs; {len(points) - len(todo)} finished or running left out) "
+                      f"and {script}\nsubmit with: sbatch {script}")
+        return
+    check_data(points)  # a too-short evaluation split fails here, before any training
+    results: dict[str, str] = {}
+    if not todo:
+        console.print("nothing to do: every point has finished")
+    elif sw.launcher == "slurm":
+        folder = Path(sw.slurm.folder or Path(points[0].cfg.results_dir) / "slurm")
+        job = launchers.submit_slurm(todo, sw.slurm, folder, sw.name)
+        console.print(f"submitted job array {job}: {len(todo)} tasks, at most {sw.slurm.array_parallelism} at once "
+                      f"(logs: {folder / job}_*)")
+        if not sw.slurm.wait:
+            console.print(f"follow it with: squeue -j {job}   ·   when it is done: pe-bench sweep "
+                          f"{' '.join(overrides or [])} (skips what finished, writes the report) or pe-bench report "
+                          f"{points[0].cfg.results_dir}")
+            return
+        launchers.wait_slurm(todo, job, sw.slurm.poll_s, console.print)
+        results = {p.label: "trained" if p.run.status == "done" else "failed" for p in todo}
+    elif sw.local.parallel > 1:
+        results = launchers.run_parallel(todo, sw.local.parallel, sw.local.threads, console.print)
+    else:
+        results = launchers.run_sequential(todo, console.print, progress)
+    _finish_sweep(points, results, report_dir(sw, points), f"pe-bench sweep {' '.join(overrides or [])}".strip(),
+                  time.perf_counter() - t0)
+
+
+def _print_plan(points, name: str) -> None:
+    from collections import Counter
+
+    table = Table(title=f"sweep {name}: {len(points)} points", header_style="bold")
+    for c in ("#", "point", "state", "run directory"):
+        table.add_column(c)
+    for i, p in enumerate(points, 1):
+        table.add_row(str(i), escape(p.label), escape(p.detail), escape(str(p.run.path)))
+    console.print(table)
+    words = {"done": "finished (skipped)", "running": "running elsewhere (skipped)", "resume": "to resume",
+             "retry": "failed before (retried)", "new": "to train"}
+    counts = Counter(p.state for p in points)
+    console.print(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
+
+
+def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
+    """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
+    from pe_bench.evaluate import eval_lengths
+    from pe_bench.experiment import is_done
+    from pe_bench.report import MODES, collect, collect_positions
+    from pe_bench.sweep import inspect
+
+    skipped = sum(p.state == "done" for p in points)  # as planned, before the states are read again
+    busy = sum(p.state == "running" for p in points)
     summary = Table(title="runs", header_style="bold")
-    for c in ("run", "status", "train tok/s", "wall s"):
+    for c in ("run", "status", "train tok/s", "wall s", "error"):
         summary.add_column(c)
-    for i, (point, cfg) in enumerate(zip(points, configs), 1):
-        run = Run(run_dir_for(cfg))
-        label = " ".join(point)
-        if is_done(run):
-            status["skipped"] += 1
-            console.print(escape(f"[{i}/{len(points)}] {label}: already done, skipped ({run.path})"))
-        else:
-            console.print(escape(f"[{i}/{len(points)}] {label}: training → {run.path}"))
-            try:
-                run_one(cfg, progress=progress)
-                status["done"] += 1
-            except (ConfigError, DataError):
-                raise
-            except Exception as e:  # noqa: BLE001 - a failing point never stops the others
-                status["failed"] += 1
-                err.print(escape(f"[{i}/{len(points)}] {label}: failed: {type(e).__name__}: {e}"), highlight=False)
-        meta = run.meta()
-        summary.add_row(run.path.name, meta.get("status", "?"), f"{meta.get('train_tokens_per_s', '')}",
-                        f"{meta.get('wall_seconds', '')}")
-        if run.eval_csv.exists():
-            runs.append(run)
+    for p in points:
+        meta = inspect(p).run.meta()
+        summary.add_row(p.run.path.name, results.get(p.label, "skipped" if p.state == "done" else p.state),
+                        f"{meta.get('train_tokens_per_s', '')}", f"{meta.get('wall_seconds', '')}",
+                        escape(str(meta.get("error") or "")))
     console.print(summary)
-    df = collect(runs)
-    if not df.empty:  # this sweep's lengths only, even if a run was also evaluated elsewhere
-        wanted = {run_dir_for(c).name: set(eval_lengths(c.eval, c.train.seq_len)) for c in configs}
+    runs = [p.run for p in points if is_done(p.run)]
+    if runs:
+        df, pos = collect(runs), collect_positions(runs)
+        # this sweep's lengths only, even if a run was also evaluated elsewhere
+        wanted = {p.run.path.name: set(eval_lengths(p.cfg.eval, p.cfg.train.seq_len)) for p in points}
         df = df[[n in wanted.get(r, ()) for r, n in zip(df["run"], df["L_eval"])]]
-        split = configs[0].eval.split
+        split = points[0].cfg.eval.split
         _print_tables(df, split)
-        title = f"pe-bench sweep {' '.join(overrides or [])}".strip()
-        for p in write_tables(df, Path(configs[0].results_dir), title, split):
-            console.print(f"wrote {p}")
-    console.print(f"{len(points)} points: {status['done']} trained, {status['skipped']} skipped, "
-                  f"{status['failed']} failed in {time.perf_counter() - t0:.0f} s")
-    if status["failed"]:
+        _write_report(df, pos, out, title, split, MODES, plots=True)
+    counts = {k: sum(v == k for v in results.values()) for k in ("trained", "failed", "busy", "stopped")}
+    console.print(f"{len(points)} points: {counts['trained']} trained, {skipped} skipped (finished before), "
+                  f"{counts['failed']} failed, {counts['busy'] + busy} busy "
+                  f"elsewhere, {counts['stopped']} stopped, in {seconds:.0f} s")
+    if counts["failed"]:
         raise typer.Exit(1)
 
 
@@ -199,8 +263,8 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
            ) -> None:
     """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (mean ± std over seeds, the
     number of seeds), ppl_vs_length_<mode>.png and loss_vs_position.png. Same inputs, same bytes."""
-    from pe_bench.report import MODES, collect, collect_positions, plot_lengths, plot_positions, write_tables
-    from pe_bench.runs import Run, atomic_write_text
+    from pe_bench.report import MODES, collect, collect_positions
+    from pe_bench.runs import Run
 
     runs = [Run(p) for p in _find_runs(paths)]
     df, pos = collect(runs), collect_positions(runs)
@@ -216,23 +280,20 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     df = df[df["mode"].isin(modes)] if not df.empty else df
     if df.empty:
         raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--mode")
-    df = df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "eval_long.csv", df.to_csv(index=False))
-    written = [out / "eval_long.csv"]
-    title = f"pe-bench report: {len(runs)} runs"
     _print_tables(df, split)
-    written += write_tables(df, out, title, split)
-    if plots:
-        try:
-            for m in modes:
-                written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split))
-            written.append(plot_positions(pos, out / "loss_vs_position.png", split))
-        except ImportError:
-            err.print("plots skipped: matplotlib is not installed (pip install '.[plots]')")
+    _write_report(df, pos, out, f"pe-bench report: {len(runs)} runs", split, modes, plots)
+
+
+def _write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> None:
+    from pe_bench.report import write_report
+
+    try:
+        written = write_report(df, pos, out, title, split, modes, plots)
+    except ImportError:
+        written = write_report(df, pos, out, title, split, modes, plots=False)
+        err.print("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
     for p in written:
-        if p is not None:
-            console.print(f"wrote {p}")
+        console.print(f"wrote {p}")
 
 
 @app.command("schemes")

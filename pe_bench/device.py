@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -10,8 +11,12 @@ from pe_bench.config import ConfigError, TrainConfig
 
 
 def resolve_device(name: str) -> torch.device:
+    """auto → the GPU if there is one (under torchrun: this process's GPU, LOCAL_RANK), else the CPU."""
+    local = os.environ.get("LOCAL_RANK")
+    if name in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device("cuda", int(local) if local is not None else torch.cuda.current_device())
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"train.device={name} but no CUDA GPU is visible; use train.device=cpu (or auto)")
     try:

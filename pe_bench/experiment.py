@@ -9,6 +9,7 @@ import torch
 from pe_bench.config import Config, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_tokens
 from pe_bench.device import resolve_device
+from pe_bench.distributed import StopRequested, barrier, shutdown, world_from_env
 from pe_bench.evaluate import EVAL_COLUMNS, POSITION_COLUMNS, check_feasible, evaluate
 from pe_bench.model import Decoder
 from pe_bench.runs import Run, read_csv, run_dir_for, write_csv
@@ -20,27 +21,48 @@ def is_done(run: Run) -> bool:
 
 
 def run_one(cfg: Config, progress: bool = True) -> Run:
-    """Train (resuming from a checkpoint if one exists) and evaluate one config. Returns its run directory."""
-    device = resolve_device(cfg.train.device)
-    corpus = load_tokens(cfg.data, cfg.cache_dir)
-    check_feasible(cfg, len(corpus.splits[cfg.eval.split]))
+    """Train (resuming from a checkpoint if one exists) and evaluate one config. Returns its run directory.
+
+    Any failure is recorded in the run's meta.json (status failed/interrupted, error) before it propagates. Under
+    torchrun/DDP every process trains and rank 0 alone writes the run directory and evaluates."""
     run = Run(run_dir_for(cfg))
-    run.create(cfg)
-    t0 = time.perf_counter()
-    run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
-                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, **Run.environment(device))
+    device = resolve_device(cfg.train.device)
+    world = world_from_env(device)
     try:
-        model = train(cfg, run, corpus, device, progress)
-        t1 = time.perf_counter()
-        evaluate_run(run, cfg, corpus, device, model)
-        run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
-    except BaseException as e:
-        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-        run.update_meta(status=status, error=f"{type(e).__name__}: {e}",
-                        wall_seconds=round(time.perf_counter() - t0, 2))
-        raise
-    run.update_meta(status="done", wall_seconds=round(time.perf_counter() - t0, 2))
+        corpus = load_tokens(cfg.data, cfg.cache_dir)
+        check_feasible(cfg, len(corpus.splits[cfg.eval.split]))  # bad input fails before the run directory exists
+        if not world.is_main:  # a DDP worker: trains its share, writes nothing
+            train(cfg, run, corpus, device, progress=False, world=world)
+            barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
+            return run
+        run.create(cfg)
+        t0 = time.perf_counter()
+        with run.lock():
+            run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
+                            started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
+                            **Run.environment(device))
+            try:
+                model = train(cfg, run, corpus, device, progress, world)
+                t1 = time.perf_counter()
+                evaluate_run(run, cfg, corpus, device, model)
+                run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
+                barrier(world)
+            except BaseException as e:
+                record_failure(run, e, time.perf_counter() - t0)
+                raise
+            run.update_meta(status="done", wall_seconds=round(time.perf_counter() - t0, 2))
+    finally:
+        shutdown(world)
     return run
+
+
+def record_failure(run: Run, error: BaseException, seconds: float | None = None) -> None:
+    """Status (interrupted: resumable; failed) and the one-line error in the run's meta.json."""
+    stopped = isinstance(error, (KeyboardInterrupt, StopRequested))
+    fields = {"status": "interrupted" if stopped else "failed", "error": f"{type(error).__name__}: {error}"}
+    if seconds is not None:
+        fields["wall_seconds"] = round(seconds, 2)
+    run.update_meta(**fields)
 
 
 def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, device: torch.device | None = None,

@@ -187,3 +187,18 @@ def _save(fig, ax, path: Path) -> None:
     fig.savefig(tmp, format="png", metadata={"Software": None})
     plt.close(fig)
     tmp.replace(path)
+
+
+def write_report(df: pd.DataFrame, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
+                 modes: tuple[str, ...] | list[str] = MODES, plots: bool = True) -> list[Path]:
+    """Everything `pe-bench report` writes: eval_long.csv, comparison.csv/.md and (with matplotlib) the plots.
+    Raises ImportError after the tables if plots were asked for and matplotlib is missing."""
+    df = df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "eval_long.csv", df.to_csv(index=False))
+    written = [out / "eval_long.csv", *write_tables(df, out, title, split)]
+    if plots:
+        for m in modes:
+            written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split))
+        written.append(plot_positions(pos, out / "loss_vs_position.png", split))
+    return [p for p in written if p is not None]

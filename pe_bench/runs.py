@@ -9,6 +9,7 @@ results/runs/<scheme>-<model>-<data>-L<L>-s<seed>-<hash>/
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import json
@@ -16,6 +17,8 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ import torch
 from pe_bench.config import Config, to_yaml
 
 CHECKPOINT = "checkpoint.pt"
+LOCK = ".lock"
 BOOKKEEPING = ("log_interval", "val_interval", "val_batches", "ckpt_interval", "threads")
 
 
@@ -89,6 +93,10 @@ def device_name(device: torch.device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+class RunBusy(RuntimeError):
+    """The run directory is locked by another process (a parallel sweep or a Slurm job is training it)."""
+
+
 class Run:
     """One run directory and its files."""
 
@@ -118,6 +126,33 @@ class Run:
     @property
     def status(self) -> str:
         return self.meta().get("status", "new")
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Exclusive use of this run directory by one process (an advisory file lock, released when the process
+        ends however it ends). Another process already training it → RunBusy."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        with (self.path / LOCK).open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunBusy(f"{self.path} is being trained by another process") from None
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def is_locked(self) -> bool:
+        """True while another process holds the lock (this one does not take it)."""
+        if not (self.path / LOCK).exists():
+            return False
+        with (self.path / LOCK).open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
 
     @staticmethod
     def environment(device: torch.device) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -11,9 +12,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from pe_bench.build import build_model
-from pe_bench.config import Config, TrainConfig, to_dict
+from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
+from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
 from pe_bench.model import Decoder, random_positions
 from pe_bench.runs import Run, atomic_save, read_csv, write_csv
 
@@ -69,9 +71,17 @@ def validation_loss(model: Decoder, tokens: np.ndarray, tc: TrainConfig, device:
     return float(np.mean(losses))
 
 
-def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, progress: bool = True) -> Decoder:
-    """Train (or resume, or just load if already trained) the run's model; returns it in eval mode."""
+def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, progress: bool = True,
+          world: World = World()) -> Decoder:
+    """Train (or resume, or just load if already trained) the run's model; returns it in eval mode.
+
+    With several processes (``world.size`` > 1, DDP) each takes every world.size-th micro-batch of a step and only
+    rank 0 writes the run directory. A stop request (signal) ends training at a step boundary with a checkpoint."""
     tc = cfg.train
+    if tc.grad_accum % world.size:
+        raise ConfigError(f"train.grad_accum={tc.grad_accum} must be a multiple of the {world.size} processes; set "
+                          f"train.grad_accum={world.size * max(1, tc.grad_accum // world.size)} (the global batch "
+                          "is batch_size × grad_accum whatever the number of processes)")
     if tc.threads:
         torch.set_num_threads(tc.threads)
     torch.manual_seed(cfg.seed)
@@ -87,22 +97,33 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
         window_losses = list(ckpt.get("log_window", []))  # losses since the last log line
     if step >= tc.steps:
         return model.eval()
+    if step and world.is_main:
+        run.update_meta(resumed_from=[*run.meta().get("resumed_from", []), step])
 
-    fwd = torch.compile(model) if use_compile(tc, device) else model
+    ddp = None
+    if world.size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    net = ddp or model
+    fwd = torch.compile(net) if use_compile(tc, device) else net
     ctx = autocast(tc, device)
     train_tokens, val_tokens = corpus.splits["train"], corpus.splits["validation"]
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum
+    my_micro = list(range(world.rank, tc.grad_accum, world.size))  # this process's share of each step's batch
     model.train()
     bar = tqdm(range(step, tc.steps), initial=step, total=tc.steps, desc=run.path.name, unit="step",
-               disable=None if progress else True, dynamic_ncols=True, leave=False)
+               disable=None if (progress and world.is_main) else True, dynamic_ncols=True, leave=False)
     t_start = t_log = time.perf_counter()
     elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
     completed = step  # optimizer steps whose update is in the weights
 
     def save(at: int) -> None:
-        atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
-                     "config": to_dict(cfg), "vocab_size": corpus.vocab_size,
-                     "log_window": [float(v) for v in window_losses]}, run.checkpoint)
+        if world.is_main:
+            atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
+                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size,
+                         "log_window": [float(v) for v in window_losses]}, run.checkpoint)
+            run.update_meta(checkpoint_step=at)
 
     try:
         for step in bar:
@@ -110,21 +131,24 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             for group in opt.param_groups:
                 group["lr"] = lr
             total = torch.zeros((), device=device)  # summed on the device: no host sync until a log line
-            for micro in range(tc.grad_accum):
+            for i, micro in enumerate(my_micro):
                 g = batch_generator(cfg.seed, step, micro)
                 x, y = random_batch(train_tokens, tc.batch_size, tc.seq_len, g, device)
                 positions = batch_positions(tc, g, device)
-                with ctx:
-                    logits = fwd(x) if positions is None else fwd(x, positions)
-                loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / tc.grad_accum
-                loss.backward()
+                # DDP all-reduces (averages) gradients on the last micro-step only.
+                sync = ddp.no_sync() if ddp is not None and i < len(my_micro) - 1 else nullcontext()
+                with sync:
+                    with ctx:
+                        logits = fwd(x) if positions is None else fwd(x, positions)
+                    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / len(my_micro)
+                    loss.backward()
                 total += loss.detach()
             if tc.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
             completed = done = step + 1
-            window_losses.append(total)
+            window_losses.append(mean_across(world, total) if world.size > 1 else total)
             is_last = done == tc.steps
             if done % tc.log_interval == 0 or is_last:
                 window_losses = [float(v) for v in window_losses]  # the one host sync per log interval
@@ -133,25 +157,31 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
                 row = {"step": done, "loss": round(float(np.mean(window_losses)), 5), "lr": f"{lr:.3e}",
                        "tokens_per_s": round(tps), "val_loss": "",
                        "elapsed_s": round(elapsed_before + now - t_start, 2)}
-                if done % tc.val_interval == 0 or is_last:
+                if world.is_main and (done % tc.val_interval == 0 or is_last):
                     row["val_loss"] = round(validation_loss(model, val_tokens, tc, device), 5)
                 history.append(row)
-                write_csv(run.train_csv, history, TRAIN_COLUMNS)
+                if world.is_main:
+                    write_csv(run.train_csv, history, TRAIN_COLUMNS)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tps:,.0f}")
                 window_losses, t_log = [], time.perf_counter()
             if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
                 save(done)
-    except KeyboardInterrupt:
-        # Ctrl-C: keep the work done so far; the same command resumes from here.
+            # Every process must stop at the same step: with DDP the flag is agreed on at each log line.
+            agree_now = not is_last and (world.size == 1 or done % tc.log_interval == 0)
+            if agree_now and any_across(world, stop_requested(), device):
+                raise StopRequested(f"stopped at step {done}/{tc.steps}: checkpoint saved")
+    except (KeyboardInterrupt, StopRequested):
+        # Ctrl-C or a signal: keep the work done so far; the same command resumes from here.
         window_losses = window_losses[: completed - int(history[-1]["step"] if history else 0)]
         save(completed)
         raise
     bar.close()
     seconds = time.perf_counter() - t_start
-    run.update_meta(train_seconds=round(elapsed_before + seconds, 2),
-                    train_tokens_per_s=round(_mean_tps(history)),
-                    final_train_loss=history[-1]["loss"], final_val_loss=history[-1]["val_loss"],
-                    n_params=model.num_params(), tokens_seen=tc.steps * tokens_per_step)
+    if world.is_main:
+        run.update_meta(train_seconds=round(elapsed_before + seconds, 2),
+                        train_tokens_per_s=round(_mean_tps(history)),
+                        final_train_loss=history[-1]["loss"], final_val_loss=history[-1]["val_loss"],
+                        n_params=model.num_params(), tokens_seen=tc.steps * tokens_per_step)
     return model.eval()
 
 
