@@ -83,6 +83,8 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     cfg = compose(overrides or [])
     stop_on_signals()  # SIGTERM/SIGUSR1 (kill, Slurm near its time limit): checkpoint at the next step, exit 3
     run = run_one(cfg, progress=progress)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports for the run
+        return
     _print_run_table(run.path, cfg.eval.split)
     meta = run.meta()
     console.print(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train, "

@@ -26,6 +26,8 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
     Any failure is recorded in the run's meta.json (status failed/interrupted, error) before it propagates. Under
     torchrun/DDP every process trains and rank 0 alone writes the run directory and evaluates."""
     run = Run(run_dir_for(cfg))
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device)
     world = world_from_env(device)
     try:

@@ -206,7 +206,8 @@ def emit_sbatch(points: list[Point], sc: SlurmLauncher, out: Path, name: str) ->
     lines = []
     for p in points:
         cfg = absolute(p.cfg)
-        words = [*p.overrides, f"results_dir={cfg.results_dir}", f"cache_dir={cfg.cache_dir}"]
+        words = [o for o in p.overrides if o.partition("=")[0] not in ("results_dir", "cache_dir")]
+        words += [f"results_dir={cfg.results_dir}", f"cache_dir={cfg.cache_dir}"]
         lines.append(" ".join(shlex.quote(w) for w in words))
     jobs = out / "jobs.txt"
     atomic_write_text(jobs, "\n".join(lines) + "\n")

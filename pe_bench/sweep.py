@@ -59,7 +59,7 @@ class SweepConfig:
     name: str = "default"
     schemes: list[str] = field(default_factory=lambda: ["all"])  # "all" = every registered scheme
     seeds: list[int] = field(default_factory=lambda: [0])
-    seq_lens: list[int] = field(default_factory=lambda: [64])  # training lengths L
+    seq_lens: list[int] | None = None  # training lengths L; None = the train preset's seq_len
     model: str = "tiny"
     data: str = "shakespeare"
     train: str = "quick"
@@ -130,9 +130,10 @@ def _axes(sweep: SweepConfig) -> dict[str, list[str]]:
     names = schemes.available() if "all" in sweep.schemes else list(sweep.schemes)
     axes: dict[str, list[str]] = {
         "seed": [str(s) for s in sweep.seeds],
-        "train.seq_len": [str(n) for n in sweep.seq_lens],
         "model": [sweep.model], "data": [sweep.data], "train": [sweep.train], "eval": [sweep.eval],
     }
+    if sweep.seq_lens:
+        axes["train.seq_len"] = [str(n) for n in sweep.seq_lens]
     for key, values in sweep.grid.items():
         axes[key] = [_value(v) for v in (values if isinstance(values, list) else [values])]
     for o in sweep.overrides:

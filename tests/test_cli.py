@@ -93,17 +93,17 @@ def test_randomized_positions_train_and_evaluate_within_their_range(smoke_args, 
 
 
 def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
-    r = invoke("sweep", "scheme=nope,alibi", *smoke_args, "--no-progress")
+    r = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")
     assert r.exit_code == 0, r.output
-    table = pd.read_csv(tmp_path / "results" / "comparison.csv")
+    table = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
     assert set(table["scheme"]) == {"nope", "alibi"} and set(table["mode"]) == {"nonoverlapping", "sliding"}
     assert {"32", "64", "128", "256", "longest/L", "seeds"} <= set(table.columns)
-    assert "| alibi | 32 |" in (tmp_path / "results" / "comparison.md").read_text()
+    assert "| alibi | 32 |" in (tmp_path / "results" / "default" / "comparison.md").read_text()
     alibi_run = next((tmp_path / "results" / "runs").glob("alibi-*"))
     assert invoke("eval", str(alibi_run), "eval.lengths=[512]", "eval.variants=false").exit_code == 0
-    again = invoke("sweep", "scheme=nope,alibi", *smoke_args, "--no-progress")
+    again = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")
     assert "2 skipped" in again.output and "0 trained" in again.output
-    table2 = pd.read_csv(tmp_path / "results" / "comparison.csv")
+    table2 = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
     assert "512" not in table2.columns  # an extra evaluation of one run does not leak into the sweep's table
     assert table2.drop(columns=["mode"]).equals(table.drop(columns=["mode"]))
 

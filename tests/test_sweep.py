@@ -1,0 +1,219 @@
+"""Sweeps: points from configs and the command line, dry runs, skipping, resuming, failures, launchers."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from pe_bench import schemes
+from pe_bench.cli import app
+from pe_bench.config import ConfigError, compose
+from pe_bench.distributed import clear_stop, request_stop
+from pe_bench.experiment import run_one
+from pe_bench.launchers import emit_sbatch
+from pe_bench.runs import Run, RunBusy, run_dir_for
+from pe_bench.sweep import SweepConfig, expand, load_sweep, plan
+
+runner = CliRunner()
+SMOKE = ["sweep=smoke", "model.n_layers=1", "model.d_model=32"]
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def smoke_point(*overrides: str):
+    """The config of one point of the smoke sweep (1-layer model) with these overrides."""
+    (point,) = expand(load_sweep("smoke"), [*SMOKE[1:], *overrides])
+    return compose(point)
+
+
+def meta(run: Path) -> dict:
+    return json.loads((run / "meta.json").read_text())
+
+
+def test_the_default_sweep_is_every_registered_scheme_with_two_seeds():
+    points = expand(load_sweep("default"), [])
+    assert len(points) == 2 * len(schemes.available())
+    assert {(p[-1], next(o for o in p if o.startswith("seed="))) for p in points} == {
+        (f"scheme={s}", f"seed={k}") for s in schemes.available() for k in (0, 1)}
+
+
+def test_command_line_lists_replace_the_config_axes_and_multiply():
+    points = expand(load_sweep("paper"), ["scheme=rope,alibi", "seed=0,1,2", "train.seq_len=64,128"])
+    combos = {tuple(sorted(o for o in p if o.split("=")[0] in ("scheme", "seed", "train.seq_len"))) for p in points}
+    assert len(points) == len(combos) == 2 * 3 * 2
+    assert all(p[-1] in ("scheme=rope", "scheme=alibi") for p in points)  # the paper's six were replaced
+    assert {compose(p).train.seq_len for p in points} == {64, 128}
+
+
+def test_grid_axes_and_fixed_overrides_from_a_sweep_config():
+    sw = SweepConfig(schemes=["alibi", "t5"], seeds=[3], grid={"model.n_layers": [2, 4]},
+                     overrides=["train.steps=5"])
+    points = expand(sw, [])
+    assert len(points) == 4
+    cfgs = [compose(p) for p in points]
+    assert {(c.scheme["name"], c.model.n_layers) for c in cfgs} == {("alibi", 2), ("alibi", 4), ("t5", 2), ("t5", 4)}
+    assert all(c.seed == 3 and c.train.steps == 5 for c in cfgs)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["sweep=nosuch"], "unknown sweep 'nosuch'; choose one of: default, paper, smoke"),
+    (["sweep.launcher=pbs"], "sweep.launcher='pbs' is not one of: local, slurm"),
+    (["sweep.slurm.gpus=2"], "unknown config key 'sweep.slurm.gpus'"),
+    (["sweep.local.parallel=0"], "sweep.local.parallel must be >= 1"),
+    (["scheme=rope,nosuch"], "unknown scheme 'nosuch'"),
+    (["seed=0,0", "scheme=alibi"], "two sweep points give the same run"),
+])
+def test_bad_sweeps_are_one_line_errors_before_anything_runs(args, message, tmp_path):
+    r = invoke("sweep", *args, f"results_dir={tmp_path}", "--dry-run")
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_dry_run_lists_the_points_and_what_would_be_skipped(tmp_path):
+    common = [*SMOKE, "seed=0", f"results_dir={tmp_path}"]
+    run_one(smoke_point("scheme=alibi", "seed=0", f"results_dir={tmp_path}"), progress=False)
+    r = invoke("sweep", "scheme=alibi,nope", *common, "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "finished: skipped" in r.output and "to train" in r.output
+    assert "1 finished (skipped), 1 to train" in r.output
+    assert [p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()] == ["alibi"]  # nothing trained
+
+
+def test_an_interrupted_point_resumes_from_its_checkpoint_to_the_same_model(tmp_path):
+    args = ["scheme=rope", "seed=0", "train.steps=12", "train.log_interval=4"]
+    straight = smoke_point(*args, f"results_dir={tmp_path / 'a'}")
+    run_one(straight, progress=False)
+
+    interrupted = smoke_point(*args, f"results_dir={tmp_path / 'b'}")
+    request_stop()  # as SIGTERM/SIGUSR1 would: stop at the next step boundary
+    try:
+        with pytest.raises(Exception, match="stopped at step 1/12"):
+            run_one(interrupted, progress=False)
+    finally:
+        clear_stop()
+    run = run_dir_for(interrupted)
+    assert meta(run)["status"] == "interrupted" and meta(run)["checkpoint_step"] == 1
+    r = invoke("sweep", *SMOKE, *args, f"results_dir={tmp_path / 'b'}", "--dry-run")
+    assert "resumes from its checkpoint (step 1/12)" in r.output
+    r = invoke("sweep", *SMOKE, *args, f"results_dir={tmp_path / 'b'}", "--no-progress")
+    assert r.exit_code == 0 and "1 trained" in r.output, r.output
+    assert meta(run)["status"] == "done" and meta(run)["resumed_from"] == [1]
+    a = pd.read_csv(run_dir_for(straight) / "train.csv")
+    b = pd.read_csv(run / "train.csv")
+    assert list(b["step"]) == [4, 8, 12]
+    pd.testing.assert_series_equal(a["loss"], b["loss"], rtol=1e-5)  # batches replay: the same model
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU for train.device=cuda to fail")
+def test_a_failing_point_is_recorded_and_never_stops_the_others(tmp_path):
+    r = invoke("sweep", *SMOKE, "scheme=alibi", "seed=0", "train.device=cuda,cpu", f"results_dir={tmp_path}",
+               "--no-progress")
+    assert r.exit_code == 1, r.output
+    assert "2 points: 1 trained, 0 skipped (finished before), 1 failed" in r.output
+    runs = {meta(p)["status"]: p for p in (tmp_path / "runs").iterdir()}
+    assert set(runs) == {"done", "failed"}
+    assert "no CUDA GPU is visible" in meta(runs["failed"])["error"]
+    assert (runs["failed"] / "config.yaml").exists()
+    assert (tmp_path / "smoke" / "comparison.csv").exists()  # the report of what finished is still written
+    r = invoke("sweep", *SMOKE, "scheme=alibi", "seed=0", "train.device=cuda,cpu", f"results_dir={tmp_path}",
+               "--dry-run")
+    assert "failed before (RuntimeError: train.device=cuda" in r.output or "failed before" in r.output
+
+
+def test_a_run_directory_in_use_is_locked_and_skipped(tmp_path):
+    cfg = smoke_point("scheme=nope", "seed=0", f"results_dir={tmp_path}")
+    run = Run(run_dir_for(cfg))
+    run.create(cfg)
+    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run.path / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunBusy), run.lock():
+            pass
+        points = expand(load_sweep("smoke"), [*SMOKE[1:], "scheme=nope", "seed=0", f"results_dir={tmp_path}"])
+        assert plan(points)[0].state == "running"
+    finally:
+        holder.kill()
+        holder.wait()
+    with run.lock():  # released with the process that held it
+        pass
+
+
+def test_parallel_local_launcher_runs_points_as_processes(tmp_path):
+    r = invoke("sweep", *SMOKE, "scheme=alibi,nope", "seed=0", f"results_dir={tmp_path}", "--parallel", "2")
+    assert r.exit_code == 0 and "2 trained" in r.output, r.output
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and all(meta(p)["status"] == "done" for p in runs)
+    assert all("run: " in (p / "train.log").read_text() for p in runs)  # each process logged to its run
+    assert all("1 threads" in meta(p)["device"] for p in runs)  # 2 cores shared by 2 processes
+    t = pd.read_csv(tmp_path / "smoke" / "comparison.csv")
+    assert set(t["scheme"]) == {"alibi", "nope"}
+
+
+def test_killing_a_sweep_and_starting_it_again_finishes_only_what_was_missing(tmp_path):
+    args = [sys.executable, "-m", "pe_bench", "sweep", *SMOKE, "scheme=alibi,nope,t5", "seed=0",
+            "train.steps=600", "train.ckpt_interval=25", f"results_dir={tmp_path}", "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                             start_new_session=True)
+    runs = {}
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:  # kill it in the middle of the second point, after its first checkpoint
+            runs = {p.name.split("-")[0]: p for p in (tmp_path / "runs").glob("*") if (p / "meta.json").exists()}
+            if "nope" in runs and meta(runs["nope"]).get("checkpoint_step", 0) >= 25:
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert meta(runs["alibi"])["status"] == "done" and meta(runs["nope"])["status"] == "running"
+    alibi_started = meta(runs["alibi"])["started"]
+    killed_at = meta(runs["nope"])["checkpoint_step"]
+    assert "t5" not in runs
+
+    again = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "3 points: 2 trained, 1 skipped (finished before)" in again.stdout
+    runs = {p.name.split("-")[0]: p for p in (tmp_path / "runs").iterdir()}
+    assert meta(runs["alibi"])["started"] == alibi_started  # not retrained
+    assert meta(runs["nope"])["resumed_from"] == [killed_at] and meta(runs["nope"])["status"] == "done"
+    assert meta(runs["t5"])["status"] == "done" and "resumed_from" not in meta(runs["t5"])
+    assert list(pd.read_csv(runs["nope"] / "train.csv")["step"])[-1] == 600
+
+
+def test_emit_sbatch_writes_one_override_line_per_point_and_an_array_script(tmp_path):
+    sw = load_sweep("smoke", ["slurm.partition=gpu", "slurm.account=lab", "slurm.qos=high", "slurm.gpus_per_node=1",
+                              "slurm.time_min=30", "slurm.array_parallelism=3"])
+    points = plan(expand(sw, [*SMOKE[1:], "scheme=alibi,rope", "seed=0,1", f"results_dir={tmp_path / 'r'}"]))
+    jobs, script = emit_sbatch(points, sw.slurm, tmp_path / "out", sw.name)
+    lines = jobs.read_text().splitlines()
+    assert len(lines) == 4
+    for line, p in zip(lines, points):
+        assert compose(shlex.split(line)) == p.cfg  # the very config of the point
+    text = script.read_text()
+    for opt in ("--array=1-4%3", "--partition=gpu", "--account=lab", "--qos=high", "--gpus-per-node=1",
+                "--time=30", "--requeue", "--signal=B:USR1@120"):
+        assert f"#SBATCH {opt}" in text
+    assert 'sed -n "${SLURM_ARRAY_TASK_ID}p"' in text and "-m pe_bench train" in text
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+
+
+def test_sweep_configs_shipped_with_pe_bench_all_load():
+    for name in ("default", "paper", "smoke"):
+        sw = load_sweep(name)
+        assert sw.name == name and expand(sw, [])
+    with pytest.raises(ConfigError, match="unknown sweep"):
+        load_sweep("nope")
