@@ -209,8 +209,9 @@ def inspect(point: Point) -> Point:
     elif run.is_locked():
         point.state, point.detail = "running", "being trained by another process: skipped"
     elif run.checkpoint.exists():
-        at = meta.get("checkpoint_step", "?")
-        point.state, point.detail = "resume", f"resumes from its checkpoint (step {at}/{steps})"
+        at = meta.get("checkpoint_step")
+        point.state = "resume"
+        point.detail = "resumes from its checkpoint" + (f" (step {at}/{steps})" if at is not None else "")
     elif meta.get("status") == "failed":
         point.state, point.detail = "retry", f"failed before ({meta.get('error', '?')}): retried"
     else:
