@@ -206,8 +206,7 @@ def emit_sbatch(points: list[Point], sc: SlurmLauncher, out: Path, name: str) ->
     lines = []
     for p in points:
         cfg = absolute(p.cfg)
-        words = [o for o in p.overrides if o.partition("=")[0] not in ("results_dir", "cache_dir")]
-        words += [f"results_dir={cfg.results_dir}", f"cache_dir={cfg.cache_dir}"]
+        words = [o for o in p.overrides if o.partition("=")[0] != "results_dir"] + [f"results_dir={cfg.results_dir}"]
         lines.append(" ".join(shlex.quote(w) for w in words))
     jobs = out / "jobs.txt"
     atomic_write_text(jobs, "\n".join(lines) + "\n")
@@ -241,8 +240,8 @@ def sbatch_script(name: str, n: int, sc: SlurmLauncher, jobs: Path, logs: Path) 
 #   submit:  sbatch {jobs.parent}/sweep.sbatch
 #   follow:  squeue --me   and   tail -f {logs}/<jobid>_<task>.out
 #   results: pe-bench report <results_dir>   (finished runs are skipped if the array is submitted again)
-# Near the time limit Slurm sends USR1 to this script; pe-bench saves a checkpoint and exits, and the task is
-# requeued: it resumes from the checkpoint.
+# signal_delay_s before the time limit Slurm sends USR1 to this script; pe-bench stops at the next training step
+# with a checkpoint, and the task is requeued: it resumes from the checkpoint.
 {header}
 set -uo pipefail
 {setup}
@@ -252,6 +251,7 @@ echo "$(date -Is) task ${{SLURM_ARRAY_TASK_ID}} on $(hostname): pe-bench train $
 eval "set -- $LINE"
 {launch}
 pid=$!
-trap 'kill -TERM "$pid"; wait "$pid"; scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"; exit 0' USR1
+# pe-bench exits 3 when it stopped on the signal with a checkpoint saved: only then is the task requeued.
+trap 'kill -TERM "$pid"; wait "$pid"; rc=$?; [ "$rc" -eq 3 ] && scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}" && rc=0; exit "$rc"' USR1
 wait "$pid"
 """

@@ -100,3 +100,23 @@ def test_the_emitted_sbatch_array_script_runs_every_point(tmp_path):
     assert {meta(p)["scheme"] for p in runs} == {"alibi", "nope"}
     logs = sorted((out / "logs").iterdir())
     assert len(logs) == 2 and all("pe-bench train" in p.read_text() for p in logs)
+
+
+def test_an_sbatch_task_signalled_before_its_time_limit_is_requeued_and_resumes(tmp_path):
+    out = tmp_path / "sbatch"
+    r = runner.invoke(app, ["sweep", "sweep=smoke", "scheme=alibi", "seed=0", "train.steps=5000",
+                            "train.ckpt_interval=0", f"results_dir={tmp_path / 'r'}", "--emit-sbatch", str(out)])
+    assert r.exit_code == 0, r.output
+    job = subprocess.run(["sbatch", "--parsable", str(out / "sweep.sbatch")], capture_output=True, text=True,
+                         check=True).stdout.strip().split(";")[0]
+    runs = tmp_path / "r" / "runs"
+    run = wait_until(lambda: next((p for p in runs.glob("*") if (p / "train.csv").exists()), None), 120, "training")
+    # What #SBATCH --signal=B:USR1@120 does before the time limit: USR1 to the batch script.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", f"{job}_1"], check=True)
+    wait_until(lambda: meta(run).get("status") == "interrupted", 60, "the checkpoint on the signal")
+    stopped_at = meta(run)["checkpoint_step"]
+    wait_until(lambda: any("PENDING" in ln for ln in squeue(job)), 60, "the requeue")
+    subprocess.run(["scontrol", "update", f"JobId={job}_1", "StartTime=now"], check=False, capture_output=True)
+    wait_until(lambda: meta(run).get("status") == "done", 400, "the requeued task to finish", poll=1)
+    assert meta(run)["resumed_from"] == [stopped_at] and 0 < stopped_at < 5000
+    assert list(pd.read_csv(run / "train.csv")["step"])[-1] == 5000

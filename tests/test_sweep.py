@@ -202,7 +202,7 @@ def test_emit_sbatch_writes_one_override_line_per_point_and_an_array_script(tmp_
     lines = jobs.read_text().splitlines()
     assert len(lines) == 4
     for line, p in zip(lines, points):
-        assert compose(shlex.split(line)) == p.cfg  # the very config of the point
+        assert compose(shlex.split(line)) == p.cfg  # the very config of the point (results_dir made absolute)
     text = script.read_text()
     for opt in ("--array=1-4%3", "--partition=gpu", "--account=lab", "--qos=high", "--gpus-per-node=1",
                 "--time=30", "--requeue", "--signal=B:USR1@120"):
