@@ -120,3 +120,12 @@ def test_an_sbatch_task_signalled_before_its_time_limit_is_requeued_and_resumes(
     wait_until(lambda: meta(run).get("status") == "done", 400, "the requeued task to finish", poll=1)
     assert meta(run)["resumed_from"] == [stopped_at] and 0 < stopped_at < 5000
     assert list(pd.read_csv(run / "train.csv")["step"])[-1] == 5000
+
+
+def test_the_slurm_launcher_runs_one_point_over_several_processes(tmp_path):
+    r = runner.invoke(app, ["sweep", "sweep=smoke", "scheme=rope", "seed=0", "train.grad_accum=2",
+                            f"results_dir={tmp_path}", "--launcher", "slurm", "--wait", "sweep.slurm.poll_s=1",
+                            "sweep.slurm.ddp_processes=2", "sweep.slurm.cpus_per_task=1"])
+    assert r.exit_code == 0 and "1 trained" in r.output, r.output
+    (run,) = (tmp_path / "runs").iterdir()
+    assert meta(run)["status"] == "done" and meta(run)["processes"] == 2  # two Slurm tasks, one DDP run
