@@ -136,7 +136,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
-    from pe_bench.sweep import check_data, expand, load_sweep, plan, report_dir, split_overrides
+    from pe_bench.sweep import BUSY, check_data, expand, load_sweep, plan, report_dir, split_overrides
 
     name, sweep_keys, run_keys = split_overrides(overrides or [])
     sw = load_sweep(name, sweep_keys)
@@ -151,7 +151,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     _print_plan(points, sw.name)
     if dry_run:
         return
-    todo = [p for p in points if p.state not in ("done", "running")]
+    todo = [p for p in points if p.state != "done" and p.state not in BUSY]
     if emit_sbatch:
         jobs, script = launchers.emit_sbatch(todo, sw.slurm, emit_sbatch, sw.name)
         console.print(f"wrote {jobs} ({len(todo)} runs; {len(points) - len(todo)} finished or running left out) "
@@ -176,6 +176,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     elif sw.local.parallel > 1:
         results = launchers.run_parallel(todo, sw.local.parallel, sw.local.threads, console.print)
     else:
+        stop_on_signals()  # SIGTERM/SIGUSR1: the current point checkpoints at its next step, the sweep stops
         results = launchers.run_sequential(todo, console.print, progress)
     _finish_sweep(points, results, report_dir(sw, points), f"pe-bench sweep {' '.join(overrides or [])}".strip(),
                   time.perf_counter() - t0)
@@ -190,7 +191,8 @@ def _print_plan(points, name: str) -> None:
     for i, p in enumerate(points, 1):
         table.add_row(str(i), escape(p.label), escape(p.detail), escape(str(p.run.path)))
     console.print(table)
-    words = {"done": "finished (skipped)", "running": "running elsewhere (skipped)", "resume": "to resume",
+    words = {"done": "finished (skipped)", "running": "running elsewhere (skipped)",
+             "queued": "in a Slurm job (skipped)", "resume": "to resume",
              "retry": "failed before (retried)", "new": "to train"}
     counts = Counter(p.state for p in points)
     console.print(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
@@ -201,10 +203,10 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     from pe_bench.evaluate import eval_lengths
     from pe_bench.experiment import is_done
     from pe_bench.report import MODES, collect, collect_positions
-    from pe_bench.sweep import inspect
+    from pe_bench.sweep import BUSY, inspect
 
     skipped = sum(p.state == "done" for p in points)  # as planned, before the states are read again
-    busy = sum(p.state == "running" for p in points)
+    busy = sum(p.state in BUSY for p in points)
     summary = Table(title="runs", header_style="bold")
     for c in ("run", "status", "train tok/s", "wall s", "error"):
         summary.add_column(c)

@@ -170,7 +170,7 @@ class Point:
     overrides: list[str]
     cfg: Config
     run: Run
-    state: str = "new"  # new | done | resume | running | retry
+    state: str = "new"  # new | done | resume | running | queued | retry
     detail: str = ""
     short: str = ""  # the overrides that differ between the sweep's points
 
@@ -196,16 +196,37 @@ def plan(points: list[list[str]]) -> list[Point]:
     return out
 
 
+BUSY = ("running", "queued")  # another process or a Slurm task has the point: the sweep leaves it alone
+
+
+def slurm_job_alive(job: str) -> bool:
+    """True while Slurm still holds this job or array task (pending, running, requeued)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("squeue") is None:
+        return False
+    try:
+        p = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30,
+                           check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return p.returncode == 0 and bool(p.stdout.strip())
+
+
 def inspect(point: Point) -> Point:
-    """Set the point's state: done (skip), running (locked by another process), resume (checkpoint at step k),
-    retry (failed before), new."""
+    """Set the point's state: done (skip), queued (held by a Slurm job), running (locked by another process),
+    resume (checkpoint at step k), retry (failed before), new."""
     from pe_bench.experiment import is_done
 
     run = point.run
     meta = run.meta()
     steps = point.cfg.train.steps
+    job = meta.get("slurm_job")
     if is_done(run):
         point.state, point.detail = "done", "finished: skipped"
+    elif job and slurm_job_alive(job):  # queued, running, or requeued after its time limit
+        point.state, point.detail = "queued", f"in Slurm job {job}: skipped"
     elif run.is_locked():
         point.state, point.detail = "running", "being trained by another process: skipped"
     elif run.checkpoint.exists():

@@ -78,6 +78,9 @@ def test_a_task_signalled_before_its_time_limit_checkpoints_is_requeued_and_resu
     stopped_at = meta(run)["checkpoint_step"]
     assert 0 < stopped_at < 5000
     wait_until(lambda: any("PENDING" in ln for ln in squeue(job)), 60, "the requeue")
+    again = runner.invoke(app, ["sweep", "sweep=smoke", "scheme=alibi", "seed=0", "train.steps=5000",
+                                "train.ckpt_interval=0", f"results_dir={tmp_path}"])
+    assert f"in Slurm job {job}: skipped" in again.output and "0 trained" in again.output  # not trained twice
     # A requeued job waits for its BeginTime (about 2 min); as root we let it start now.
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False, capture_output=True)
     wait_until(lambda: meta(run).get("status") == "done", 400, "the requeued task to finish", poll=1)
