@@ -146,12 +146,17 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sw.out = str(out) if out else sw.out
     if sw.launcher not in ("local", "slurm"):
         raise ConfigError(f"--launcher {sw.launcher!r} is not one of: local, slurm")
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel {parallel}: give at least 1 (the number of processes at once)")
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
     _print_plan(points, sw.name)
     if dry_run:
         return
     todo = [p for p in points if p.state != "done" and p.state not in BUSY]
+    if emit_sbatch and not todo:
+        console.print("nothing to emit: every point has finished or is running elsewhere")
+        return
     if emit_sbatch:
         jobs, script = launchers.emit_sbatch(todo, sw.slurm, emit_sbatch, sw.name)
         console.print(f"wrote {jobs} ({len(todo)} runs; {len(points) - len(todo)} finished or running left out) "
