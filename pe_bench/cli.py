@@ -170,7 +170,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         folder = Path(sw.slurm.folder or Path(points[0].cfg.results_dir) / "slurm")
         job = launchers.submit_slurm(todo, sw.slurm, folder, sw.name)
         console.print(f"submitted job array {job}: {len(todo)} tasks, at most {sw.slurm.array_parallelism} at once "
-                      f"(logs: {folder / job}_*)")
+                      f"(logs: {folder / job}/)")
         if not sw.slurm.wait:
             console.print(f"follow it with: squeue -j {job}   ·   when it is done: pe-bench sweep "
                           f"{' '.join(overrides or [])} (skips what finished, writes the report) or pe-bench report "
