@@ -217,3 +217,16 @@ def test_sweep_configs_shipped_with_pe_bench_all_load():
         assert sw.name == name and expand(sw, [])
     with pytest.raises(ConfigError, match="unknown sweep"):
         load_sweep("nope")
+
+
+@pytest.mark.slow
+def test_every_registered_scheme_with_two_seeds_sweeps_locally(tmp_path):
+    r = invoke("sweep", "sweep=smoke", f"results_dir={tmp_path}", "--no-progress")
+    n = 2 * len(schemes.available())
+    assert r.exit_code == 0 and f"{n} points: {n} trained, 0 skipped (finished before), 0 failed" in r.output, r.output
+    table = pd.read_csv(tmp_path / "smoke" / "comparison.csv", keep_default_na=False)
+    base = table[(table["mode"] == "nonoverlapping") & table["scheme"].isin(schemes.available())]
+    assert set(base["scheme"]) == set(schemes.available()) and set(base["seeds"]) == {2}
+    at_8L = base.set_index("scheme")["256"]
+    assert at_8L["learned"] == "n/a"  # no table rows past L, in both seeds
+    assert all("±" in str(v) for v in at_8L.drop("learned"))  # mean ± std over the two seeds
