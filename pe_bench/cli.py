@@ -18,6 +18,7 @@ from pe_bench import schemes
 from pe_bench.config import ConfigError, apply_overrides, compose, from_yaml
 from pe_bench.data import DataError
 from pe_bench.distributed import StopRequested, stop_on_signals
+from pe_bench.runs import RunBusy
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.")
@@ -41,6 +42,10 @@ def friendly(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             err.print("interrupted: run the same command again to resume from the last checkpoint")
             raise typer.Exit(130) from None
+        except RunBusy as e:
+            err.print(f"[bold red]error:[/] {escape(str(e))}: let it finish, or stop that process first",
+                      highlight=False, soft_wrap=True)
+            raise typer.Exit(4) from None
         except StopRequested as e:
             err.print(f"{e} (on a signal); run the same command again to resume")
             raise typer.Exit(3) from None
