@@ -144,6 +144,9 @@ def test_a_run_directory_in_use_is_locked_and_skipped(tmp_path):
             pass
         points = expand(load_sweep("smoke"), [*SMOKE[1:], "scheme=nope", "seed=0", f"results_dir={tmp_path}"])
         assert plan(points)[0].state == "running"
+        r = invoke("train", *points[0], "--no-progress")
+        assert r.exit_code == 4 and "is being trained by another process" in r.output
+        assert not run.meta_path.exists()  # nothing recorded over the other process's run
     finally:
         holder.kill()
         holder.wait()
