@@ -165,14 +165,16 @@ def collect_positions(runs: list[Run]) -> pd.DataFrame:
 
 
 def _figure():
-    """A headless figure whose colour cycle has 20 distinct colours (one per table row)."""
+    """A headless figure whose style cycle gives 30 distinguishable lines (10 colours × solid, dashed, dotted):
+    one per table row, even for the whole zoo with its extension rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from cycler import cycler
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=120)
+    ax.set_prop_cycle(cycler(linestyle=["-", "--", ":"]) * cycler(color=plt.get_cmap("tab10").colors))
     return fig, ax
 
 
@@ -180,7 +182,7 @@ def _save(fig, ax, path: Path) -> None:
     """Legend, then a deterministic PNG (no timestamp metadata), written atomically."""
     import matplotlib.pyplot as plt
 
-    ax.legend(fontsize=7, ncol=2, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside, not over, the lines
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
