@@ -34,7 +34,7 @@ def run_point(cfg: Config, progress: bool = False) -> str:
     except (KeyboardInterrupt, StopRequested):
         raise
     except Exception as e:  # noqa: BLE001 - a failing point never stops the others
-        if run.meta().get("status") != "failed":  # failed before its run directory existed (device, data)
+        if run.meta().get("error") != f"{type(e).__name__}: {e}":  # failed before run_one could record it
             run.create(cfg)
             record_failure(run, e)
         return "failed"
