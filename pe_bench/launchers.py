@@ -193,8 +193,13 @@ def wait_slurm(points: list[Point], array_id: str, poll_s: float, say: Say) -> N
             say(f"job {array_id}: {done}/{len(points)} done, {failed} failed, {left} in the queue")
             last = now
         if left == 0:
-            return
+            break
         time.sleep(poll_s)
+    for p in points:  # a task killed from outside (out of memory, over its limit, scancel) could not say so itself
+        meta = p.run.meta()
+        if meta.get("status") in ("queued", "running"):
+            p.run.update_meta(status="failed", error=f"Slurm task {meta.get('slurm_job')} ended without finishing "
+                              f"the run (killed: out of memory, time limit, scancel?); see {meta.get('slurm_log')}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
