@@ -132,3 +132,21 @@ def test_the_slurm_launcher_runs_one_point_over_several_processes(tmp_path):
     assert r.exit_code == 0 and "1 trained" in r.output, r.output
     (run,) = (tmp_path / "runs").iterdir()
     assert meta(run)["status"] == "done" and meta(run)["processes"] == 2  # two Slurm tasks, one DDP run
+
+
+def test_a_task_killed_from_outside_is_recorded_as_failed(tmp_path):
+    import threading
+
+    def cancel_once_training():
+        run = wait_until(lambda: next((p for p in (tmp_path / "runs").glob("*") if (p / "train.csv").exists()),
+                                      None), 120, "training")
+        subprocess.run(["scancel", meta(run)["slurm_job"]], check=True)
+
+    killer = threading.Thread(target=cancel_once_training)
+    killer.start()
+    r = runner.invoke(app, ["sweep", "sweep=smoke", "scheme=alibi", "seed=0", "train.steps=5000",
+                            f"results_dir={tmp_path}", "--launcher", "slurm", "--wait", "sweep.slurm.poll_s=1"])
+    killer.join()
+    assert r.exit_code == 1 and "1 failed" in r.output, r.output
+    (run,) = (tmp_path / "runs").iterdir()
+    assert meta(run)["status"] == "failed" and "ended without finishing the run" in meta(run)["error"]
