@@ -256,7 +256,8 @@ echo "$(date -Is) task ${{SLURM_ARRAY_TASK_ID}} on $(hostname): pe-bench train $
 eval "set -- $LINE"
 {launch}
 pid=$!
-# pe-bench exits 3 when it stopped on the signal with a checkpoint saved: only then is the task requeued.
-trap 'kill -TERM "$pid"; wait "$pid"; rc=$?; [ "$rc" -eq 3 ] && scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}" && rc=0; exit "$rc"' USR1
+# On the signal pe-bench stops with a checkpoint (exit 3; torchrun exits 1) and the task is requeued; a run that
+# finished before it could stop (exit 0) is not.
+trap 'kill -TERM "$pid"; wait "$pid"; rc=$?; [ "$rc" -ne 0 ] && scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}" && rc=0; exit "$rc"' USR1
 wait "$pid"
 """
