@@ -172,18 +172,23 @@ def absolute(cfg: Config) -> Config:
                    cache_dir=str(Path(cfg.cache_dir).expanduser().resolve()))
 
 
-def squeue_tasks(array_id: str) -> int:
-    """How many tasks of the array Slurm still holds (pending, running, requeued)."""
-    p = subprocess.run(["squeue", "-h", "-r", "-j", array_id, "-o", "%i %T"], capture_output=True, text=True,
-                       timeout=60, check=False)
-    return len([ln for ln in p.stdout.splitlines() if ln.strip()]) if p.returncode == 0 else 0
+def squeue_tasks(array_id: str) -> int | None:
+    """How many tasks of the array Slurm still holds (pending, running, requeued); None if squeue did not answer."""
+    try:
+        p = subprocess.run(["squeue", "-h", "-r", "-j", array_id, "-o", "%i %T"], capture_output=True, text=True,
+                           timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if p.returncode != 0:  # also "Invalid job id" once Slurm has purged a finished job (MinJobAge)
+        return 0 if "Invalid job id" in p.stderr else None
+    return len([ln for ln in p.stdout.splitlines() if ln.strip()])
 
 
 def wait_slurm(points: list[Point], array_id: str, poll_s: float, say: Say) -> None:
     """Until Slurm holds no task of the array; prints the counts when they change."""
     from pe_bench.experiment import is_done
 
-    last = None
+    last, last_left = None, -1
     while True:
         left = squeue_tasks(array_id)
         done = sum(is_done(p.run) for p in points)
@@ -192,8 +197,9 @@ def wait_slurm(points: list[Point], array_id: str, poll_s: float, say: Say) -> N
         if now != last:
             say(f"job {array_id}: {done}/{len(points)} done, {failed} failed, {left} in the queue")
             last = now
-        if left == 0:
+        if left == 0 and last_left == 0:  # seen empty twice: not a transient answer
             break
+        last_left = left if left is not None else last_left
         time.sleep(poll_s)
     for p in points:  # a task killed from outside (out of memory, over its limit, scancel) could not say so itself
         meta = p.run.meta()

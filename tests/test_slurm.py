@@ -97,7 +97,13 @@ def test_the_emitted_sbatch_array_script_runs_every_point(tmp_path):
     sub = subprocess.run(["sbatch", "--parsable", str(out / "sweep.sbatch")], capture_output=True, text=True,
                          check=True)
     job = sub.stdout.strip().split(";")[0]
-    wait_until(lambda: not squeue(job), 300, f"sbatch array {job}", poll=1)
+
+    def finished():
+        runs = list((tmp_path / "r" / "runs").glob("*/meta.json"))
+        return len(runs) == 2 and all(json.loads(m.read_text())["status"] in ("done", "failed") for m in runs)
+
+    wait_until(finished, 300, f"sbatch array {job}", poll=1)
+    wait_until(lambda: not squeue(job), 60, f"sbatch array {job} to leave the queue", poll=1)
     runs = sorted((tmp_path / "r" / "runs").iterdir())
     assert [meta(p)["status"] for p in runs] == ["done", "done"], [p.read_text() for p in (out / "logs").iterdir()]
     assert {meta(p)["scheme"] for p in runs} == {"alibi", "nope"}
