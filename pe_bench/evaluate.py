@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from pe_bench.config import Config, EvalConfig
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
+from pe_bench.distributed import StopRequested, stop_requested
 from pe_bench.model import Decoder, random_positions
 from pe_bench.schemes import LengthNotSupported
 
@@ -129,6 +130,8 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     pos_rows: list[dict] = []
     model.eval()
     for length in lengths:
+        if stop_requested():  # a signal (e.g. Slurm's, before the time limit): the rerun evaluates again
+            raise StopRequested(f"stopped before evaluating at length {length}")
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
         strides = {"nonoverlapping": length, "sliding": min(stride, length)}
         try:

@@ -82,8 +82,6 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
         raise ConfigError(f"train.grad_accum={tc.grad_accum} must be a multiple of the {world.size} processes; set "
                           f"train.grad_accum={world.size * max(1, tc.grad_accum // world.size)} (the global batch "
                           "is batch_size × grad_accum whatever the number of processes)")
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, corpus.vocab_size).to(device)
     opt = make_optimizer(model, tc, device)

@@ -233,3 +233,19 @@ def test_every_registered_scheme_with_two_seeds_sweeps_locally(tmp_path):
     at_8L = base.set_index("scheme")["256"]
     assert at_8L["learned"] == "n/a"  # no table rows past L, in both seeds
     assert all("±" in str(v) for v in at_8L.drop("learned"))  # mean ± std over the two seeds
+
+
+def test_a_stop_request_during_evaluation_leaves_the_run_to_be_evaluated_again(tmp_path):
+    from pe_bench.distributed import StopRequested
+    from pe_bench.experiment import evaluate_run
+
+    cfg = smoke_point("scheme=alibi", "seed=0", f"results_dir={tmp_path}")
+    run = run_one(cfg, progress=False)
+    before = (run.path / "eval.csv").read_text()
+    request_stop()
+    try:
+        with pytest.raises(StopRequested, match="stopped before evaluating at length 32"):
+            evaluate_run(run, cfg)
+    finally:
+        clear_stop()
+    assert (run.path / "eval.csv").read_text() == before  # nothing half-written
