@@ -181,7 +181,11 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
                           f"{' '.join(overrides or [])} (skips what finished, writes the report) or pe-bench report "
                           f"{points[0].cfg.results_dir}")
             return
-        launchers.wait_slurm(todo, job, sw.slurm.poll_s, console.print)
+        try:
+            launchers.wait_slurm(todo, job, sw.slurm.poll_s, console.print)
+        except KeyboardInterrupt:
+            console.print(f"stopped waiting; job array {job} keeps running (squeue -j {job}; scancel {job} stops it)")
+            raise typer.Exit(130) from None
         results = {p.label: "trained" if p.run.status == "done" else "failed" for p in todo}
     elif sw.local.parallel > 1:
         results = launchers.run_parallel(todo, sw.local.parallel, sw.local.threads, console.print)
