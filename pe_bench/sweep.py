@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes
-from pe_bench.config import Config, ConfigError, _omegaconf_message, compose, config_dir
+from pe_bench.config import GROUPS, Config, ConfigError, _omegaconf_message, compose, config_dir, preset_names
 from pe_bench.runs import Run, run_dir_for
 
 LAUNCHERS = ("local", "slurm")
@@ -150,6 +150,7 @@ def _value(v: Any) -> str:
 def expand(sweep: SweepConfig, overrides: list[str]) -> list[list[str]]:
     """Override lists, one per point: the config's axes, each replaced by a command-line override of the same key."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
@@ -158,7 +159,16 @@ def expand(sweep: SweepConfig, overrides: list[str]) -> list[list[str]]:
     final = {key: [f"{key}={v}" for v in values] for key, values in _axes(sweep).items()}
     for o in parsed:
         key = o.get_key_element()
-        final[key] = [f"{key}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line]
+        if o.value_type == ValueType.GLOB_CHOICE_SWEEP:  # scheme=glob(kerple*): among the group's presets
+            if key not in GROUPS:
+                raise ConfigError(f"'{o.input_line}': glob() picks presets of a config group ({', '.join(GROUPS)})")
+            final[key] = [f"{key}={v}" for v in o.value().filter(preset_names(key))]
+            if not final[key]:
+                raise ConfigError(f"'{o.input_line}' matches none of: {', '.join(preset_names(key))}")
+        elif o.is_sweep_override():
+            final[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            final[key] = [o.input_line]
     final["scheme"] = final.pop("scheme")  # innermost: a complete table per seed comes first
     return [list(point) for point in itertools.product(*final.values())]
 

@@ -56,6 +56,14 @@ def test_command_line_lists_replace_the_config_axes_and_multiply():
     assert {compose(p).train.seq_len for p in points} == {64, 128}
 
 
+def test_hydra_sweep_functions_range_and_glob_work_on_the_command_line():
+    points = expand(load_sweep("default"), ["scheme=glob(kerple*)", "seed=range(0,3)"])
+    assert sorted((p[-1], next(o for o in p if o.startswith("seed="))) for p in points) == sorted(
+        (f"scheme={s}", f"seed={k}") for s in ("kerple_log", "kerple_power") for k in range(3))
+    with pytest.raises(ConfigError, match="matches none of: alibi"):
+        expand(load_sweep("default"), ["scheme=glob(zz*)"])
+
+
 def test_grid_axes_and_fixed_overrides_from_a_sweep_config():
     sw = SweepConfig(schemes=["alibi", "t5"], seeds=[3], grid={"model.n_layers": [2, 4]},
                      overrides=["train.steps=5"])
