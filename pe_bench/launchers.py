@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pe_bench.config import Config, ConfigError
 from pe_bench.runs import Run, RunBusy, atomic_write_text, run_dir_for
-from pe_bench.sweep import BUSY, Point, SlurmLauncher
+from pe_bench.sweep import Point, SlurmLauncher
 
 Say = Callable[[str], None]
 
@@ -43,10 +43,9 @@ def run_point(cfg: Config, progress: bool = False) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Local
 # ---------------------------------------------------------------------------------------------------------------
-def run_sequential(points: list[Point], say: Say, progress: bool) -> dict[str, str]:
-    """Each point to do, in this process, in order. Ctrl-C/SIGTERM stop the sweep after saving a checkpoint."""
+def run_sequential(todo: list[Point], say: Say, progress: bool) -> dict[str, str]:
+    """The points to do, in this process, in order. Ctrl-C/SIGTERM stop the sweep after saving a checkpoint."""
     results: dict[str, str] = {}
-    todo = [p for p in points if p.state != "done" and p.state not in BUSY]
     for i, p in enumerate(todo, 1):
         say(f"[{i}/{len(todo)}] {p.label}: {p.detail} → {p.run.path}")
         results[p.label] = status = run_point(p.cfg, progress)
@@ -55,9 +54,9 @@ def run_sequential(points: list[Point], say: Say, progress: bool) -> dict[str, s
     return results
 
 
-def run_parallel(points: list[Point], parallel: int, threads: int | None, say: Say) -> dict[str, str]:
-    """At most `parallel` `pe-bench train` processes at once, each logging to its run's train.log."""
-    todo = [p for p in points if p.state != "done" and p.state not in BUSY]
+def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say) -> dict[str, str]:
+    """The points to do, at most `parallel` `pe-bench train` processes at once, each logging to its run's
+    train.log."""
     threads = threads or max(1, (os.cpu_count() or 1) // parallel)
     pending, active, results = list(todo), {}, {}
     try:
