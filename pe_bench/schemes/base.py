@@ -66,6 +66,9 @@ class Scheme(nn.Module):
     relative: ClassVar[bool] = False  # True when attention depends only on i - j (shift-invariant)
     bias_per_layer: ClassVar[bool] = False  # True when score_bias differs by layer (per-layer parameters)
     Options: ClassVar[type] = NoOptions
+    # Options that may change after training (``pe-bench eval``, eval_variants): they act at evaluation only and
+    # leave the trained weights' meaning intact (RoPE's context extension, the learned table's policy past its end).
+    eval_options: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

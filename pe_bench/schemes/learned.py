@@ -37,6 +37,7 @@ class Learned(Scheme):
     citation = "Gehring et al. 2017, arXiv:1705.03122; Radford et al. 2019 (GPT-2)"
     acts_on = ("input",)
     Options = LearnedOptions
+    eval_options = ("beyond_table", "extend_seed")
 
     def __init__(self, options: LearnedOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

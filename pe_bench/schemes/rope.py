@@ -145,6 +145,7 @@ class RoPE(Scheme):
     acts_on = ("qk",)
     relative = True
     Options = RoPEOptions
+    eval_options = ("scaling",)
 
     def __init__(self, options: RoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
