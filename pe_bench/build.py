@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from pe_bench.config import Config, SchemeSpec, scheme_spec
 from pe_bench.model import Decoder, ModelArgs
-from pe_bench.schemes import ModelShape
+from pe_bench.schemes import ModelShape, Scheme
+
+
+def model_shape(cfg: Config) -> ModelShape:
+    m = cfg.model
+    return ModelShape(d_model=m.d_model, n_heads=m.n_heads, head_dim=m.d_model // m.n_heads,
+                      train_seq_len=cfg.train.seq_len, n_layers=m.n_layers,
+                      max_train_position=cfg.train.random_positions or None)
+
+
+def build_scheme(cfg: Config, spec: SchemeSpec | None = None) -> Scheme:
+    spec = spec or scheme_spec(cfg.scheme)
+    return spec.cls(spec.options, model_shape(cfg))
 
 
 def build_model(cfg: Config, vocab_size: int, spec: SchemeSpec | None = None) -> Decoder:
-    spec = spec or scheme_spec(cfg.scheme)
     m = cfg.model
-    shape = ModelShape(d_model=m.d_model, n_heads=m.n_heads, head_dim=m.d_model // m.n_heads,
-                       train_seq_len=cfg.train.seq_len, n_layers=m.n_layers,
-                       max_train_position=cfg.train.random_positions or None)
     args = ModelArgs(vocab_size=vocab_size, n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads,
                      mlp_ratio=m.mlp_ratio, dropout=m.dropout)
-    return Decoder(args, spec.cls(spec.options, shape))
+    return Decoder(args, build_scheme(cfg, spec))

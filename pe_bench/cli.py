@@ -19,6 +19,7 @@ from pe_bench.config import ConfigError, apply_overrides, compose, from_yaml
 from pe_bench.data import DataError
 from pe_bench.distributed import StopRequested, stop_on_signals
 from pe_bench.runs import RunBusy
+from pe_bench.train import Diverged
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.")
@@ -49,6 +50,9 @@ def friendly(fn: Callable) -> Callable:
         except StopRequested as e:
             err.print(f"{e} (on a signal); run the same command again to resume")
             raise typer.Exit(3) from None
+        except Diverged as e:
+            err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
         except typer.Exit:
             raise
         except Exception as e:
@@ -63,6 +67,7 @@ def friendly(fn: Callable) -> Callable:
 
 
 def _print_tables(df, split: str) -> None:
+    """df: a DataFrame of eval rows or a report.Collected (with per-window losses: intervals and marks)."""
     from pe_bench.report import comparison, rich_table
 
     for mode in ("nonoverlapping", "sliding"):
@@ -72,10 +77,14 @@ def _print_tables(df, split: str) -> None:
 
 
 def _print_run_table(run_path: Path, split: str) -> None:
-    from pe_bench.report import collect
+    from pe_bench.report import collect_all
     from pe_bench.runs import Run
 
-    _print_tables(collect([Run(run_path)]), split)
+    col = collect_all([Run(run_path)])
+    for line in col.left_out:
+        err.print(f"left out: {escape(line)}", highlight=False, soft_wrap=True)
+    if not col.df.empty:
+        _print_tables(col, split)
 
 
 @app.command()
@@ -101,21 +110,36 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
 def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
              overrides: list[str] | None = typer.Argument(
                  None, metavar="KEY=VALUE",
-                 help="eval.* and scheme.* overrides, e.g. eval.lengths=[64,1024] scheme.scaling.type=yarn "
-                      "scheme.scaling.factor=8")) -> None:
+                 help="eval.* overrides and the scheme's eval-time options, e.g. eval.lengths=[64,1024] "
+                      "scheme.scaling.type=yarn scheme.scaling.factor=8"),
+             partial: bool = typer.Option(False, "--partial", help="Evaluate an unfinished run's last checkpoint; "
+                                          "every row records the step its weights come from.")) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
-    learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label."""
-    from pe_bench.experiment import evaluate_run
+    learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label,
+    beside rows of other evaluation settings."""
+    from pe_bench.experiment import check_eval_overrides, check_same_run, evaluate_run
     from pe_bench.runs import Run
 
     run = Run(run_dir)
     if not run.config.exists() or not run.checkpoint.exists():
         raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
                           "train one with `pe-bench train`")
-    cfg = apply_overrides(from_yaml(run.config), overrides or [], allowed=("eval", "scheme"))
+    saved = run.load_config()
+    cfg = apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
+    check_eval_overrides(saved, cfg)
     if any(o.lstrip("+~").startswith("scheme") for o in overrides or []):
         cfg.eval.variants = False  # the user asked for one variant (e.g. rope+yarn×8): evaluate just that one
-    evaluate_run(run, cfg)
+    stop_on_signals()  # SIGTERM/SIGUSR1: stop before the next length, exit 3, as during train
+    with run.lock():  # a run being trained (or evaluated) by another process is left alone: exit 4
+        meta = run.meta()
+        if meta.get("status") != "done" and not partial:
+            at = meta.get("checkpoint_step")
+            where = f", checkpoint at step {at} of {saved.train.steps}" if at is not None else ""
+            raise ConfigError(f"{run_dir} is not finished (status {meta.get('status', 'unknown')}{where}): finish it "
+                              "with its `pe-bench train` command, or pass --partial to evaluate the checkpoint as "
+                              "it is (each row records its step)")
+        check_same_run(run, saved)
+        evaluate_run(run, cfg, trained=saved)
     _print_run_table(run.path, cfg.eval.split)
     console.print(f"updated {run.eval_csv}")
 
@@ -141,7 +165,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
-    from pe_bench.sweep import BUSY, check_data, expand, load_sweep, plan, report_dir, split_overrides
+    from pe_bench.sweep import BUSY, LEFT, check_data, expand, load_sweep, plan, report_dir, split_overrides
 
     name, sweep_keys, run_keys = split_overrides(overrides or [])
     sw = load_sweep(name, sweep_keys)
@@ -158,7 +182,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     _print_plan(points, sw.name)
     if dry_run:
         return
-    todo = [p for p in points if p.state != "done" and p.state not in BUSY]
+    todo = [p for p in points if p.state != "done" and p.state not in BUSY + LEFT]
     if emit_sbatch and not todo:
         console.print("nothing to emit: every point has finished or is running elsewhere")
         return
@@ -207,7 +231,8 @@ def _print_plan(points, name: str) -> None:
     console.print(table)
     words = {"done": "finished (skipped)", "running": "running elsewhere (skipped)",
              "queued": "in a Slurm job (skipped)", "resume": "to resume",
-             "retry": "failed before (retried)", "new": "to train"}
+             "retry": "failed before (retried)", "new": "to train", "diverged": "diverged before (not retried)",
+             "corrupt": "unreadable (left out)"}
     counts = Counter(p.state for p in points)
     console.print(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
 
@@ -216,30 +241,40 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
     from pe_bench.evaluate import eval_lengths
     from pe_bench.experiment import is_done
-    from pe_bench.report import MODES, collect, collect_positions
-    from pe_bench.sweep import BUSY, inspect
+    from pe_bench.report import MODES, collect_all, collect_positions
+    from pe_bench.sweep import BUSY, LEFT, inspect
 
     skipped = sum(p.state == "done" for p in points)  # as planned, before the states are read again
     busy = sum(p.state in BUSY for p in points)
+    left = sum(p.state in LEFT for p in points)  # diverged before, or an unreadable run directory: failures
     summary = Table(title="runs", header_style="bold")
     for c in ("run", "status", "train tok/s", "wall s", "error"):
         summary.add_column(c)
     for p in points:
-        meta = inspect(p).run.meta()
-        summary.add_row(p.run.path.name, results.get(p.label, "skipped" if p.state == "done" else p.state),
-                        f"{meta.get('train_tokens_per_s', '')}", f"{meta.get('wall_seconds', '')}",
-                        escape(str(meta.get("error") or "")))
+        inspect(p)
+        meta = p.meta
+        status = results.get(p.label, "skipped" if p.state == "done" else p.state)
+        if status == "failed" and meta.get("status") == "diverged":
+            status = "diverged"
+        summary.add_row(p.run.path.name, status, f"{meta.get('train_tokens_per_s', '')}",
+                        f"{meta.get('wall_seconds', '')}", escape(str(meta.get("error") or p.detail * (p.state in LEFT))))
     console.print(summary)
-    runs = [p.run for p in points if is_done(p.run)]
-    if runs:
-        df, pos = collect(runs), collect_positions(runs)
-        # this sweep's lengths only, even if a run was also evaluated elsewhere
-        wanted = {p.run.path.name: set(eval_lengths(p.cfg.eval, p.cfg.train.seq_len)) for p in points}
-        df = df[[n in wanted.get(r, ()) for r, n in zip(df["run"], df["L_eval"])]]
+    runs = [p.run for p in points if is_done(p.run) or p.meta.get("status") == "diverged"]
+    col = collect_all(runs) if runs else None
+    if col is not None and not col.df.empty:
+        pos = collect_positions(runs)
+        # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere
+        wanted = {p.run.path.name: (set(eval_lengths(p.cfg.eval, p.cfg.train.seq_len)), p.cfg.eval) for p in points}
+        df = col.df
+        keep = [n in wanted[r][0] and b == str(wanted[r][1].max_tokens if m == "nonoverlapping"
+                                               else wanted[r][1].sliding_max_tokens)
+                for r, n, m, b in zip(df["run"], df["L_eval"], df["mode"], df["budget"])]
+        col.df = df[keep]
         split = points[0].cfg.eval.split
-        _print_tables(df, split)
-        _write_report(df, pos, out, title, split, MODES, plots=True)
+        _print_tables(col, split)
+        _write_report(col, pos, out, title, split, MODES, plots=True)
     counts = {k: sum(v == k for v in results.values()) for k in ("trained", "failed", "busy", "stopped")}
+    counts["failed"] += left
     console.print(f"{len(points)} points: {counts['trained']} trained, {skipped} skipped (finished before), "
                   f"{counts['failed']} failed, {counts['busy'] + busy} busy "
                   f"elsewhere, {counts['stopped']} stopped, in {seconds:.0f} s")
@@ -251,15 +286,18 @@ def _find_runs(paths: list[str]) -> list[Path]:
     """Run directories from run dirs, results dirs (holding runs/), directories of runs, or glob patterns."""
     import glob
 
+    def is_run(d: Path) -> bool:
+        return d.is_dir() and any((d / f).exists() for f in ("eval.csv", "meta.json"))
+
     found: list[Path] = []
     for p in paths:
         matches = [Path(m) for m in sorted(glob.glob(p))] or [Path(p)]
         for m in matches:
-            if (m / "eval.csv").exists():
+            if is_run(m):
                 found.append(m)
             elif m.is_dir():
                 base = m / "runs" if (m / "runs").is_dir() else m
-                found += sorted(d for d in base.iterdir() if (d / "eval.csv").exists())
+                found += sorted(d for d in base.iterdir() if is_run(d))
     unique = list(dict.fromkeys(p.resolve() for p in found))
     if not unique:
         raise ConfigError(f"no evaluated run directories under {' '.join(paths)}; pass run directories, a results "
@@ -277,15 +315,27 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
            scheme: list[str] | None = typer.Option(None, help="Keep only these scheme rows (repeatable)."),
            mode: list[str] | None = typer.Option(None, help="Modes to tabulate: nonoverlapping, sliding."),
            split: str = typer.Option("validation", help="Evaluation split."),
+           compare: tuple[str, str] | None = typer.Option(None, "--compare", metavar="A B",
+                                                          help="Paired difference ppl(A) − ppl(B) at each length, "
+                                                          "with its 95% interval, e.g. --compare alibi rope."),
            plots: bool = typer.Option(True, help="Write PNG plots (needs matplotlib: pip install '.[plots]').")
            ) -> None:
-    """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (mean ± std over seeds, the
-    number of seeds), ppl_vs_length_<mode>.png and loss_vs_position.png. Same inputs, same bytes."""
-    from pe_bench.report import MODES, collect, collect_positions
+    """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (one row per configuration:
+    mean ± std over seeds, a 95% interval, the number of seeds; bold: not distinguishable from the best),
+    ppl_vs_length_<mode>.png and loss_vs_position.png. Unreadable or unfinished run directories are left out, each
+    named. Same inputs, same bytes."""
+    from pe_bench.report import MODES, collect_all, collect_positions
+    from pe_bench.report import compare as paired
     from pe_bench.runs import Run
 
     runs = [Run(p) for p in _find_runs(paths)]
-    df, pos = collect(runs), collect_positions(runs)
+    col, pos = collect_all(runs), collect_positions(runs)
+    for line in col.left_out:
+        err.print(f"left out: {escape(line)}", highlight=False, soft_wrap=True)
+    df = col.df
+    if df.empty:
+        raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
+                          "out, above)")
     filters = {"data": data, "model": model, "L_train": seq_len, "scheme": scheme}
     for column, keep in filters.items():
         if keep:
@@ -298,8 +348,22 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     df = df[df["mode"].isin(modes)] if not df.empty else df
     if df.empty:
         raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--mode")
-    _print_tables(df, split)
-    _write_report(df, pos, out, f"pe-bench report: {len(runs)} runs", split, modes, plots)
+    col.df = df
+    if compare:
+        t = paired(col, compare[0], compare[1], split, modes)
+        table = Table(title=f"paired difference ppl({compare[0]}) − ppl({compare[1]}) on {split}, 95% interval",
+                      header_style="bold")
+        for c in t.columns:
+            table.add_column(escape(str(c)), justify="left" if c in ("mode", "config", "verdict") else "right")
+        for row in t.itertuples(index=False):
+            table.add_row(*[escape(str(v)) for v in row])
+        console.print(table)
+        return
+    _print_tables(col, split)
+    _write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes, plots)
+    if col.left_out:
+        err.print(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
+                  f"{len(runs) - len(col.left_out)}")
 
 
 def _write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> None:

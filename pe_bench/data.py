@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -90,22 +91,40 @@ def _cap(dd, cfg: DataConfig):
     return dd
 
 
+def _local_data_files(cfg: DataConfig) -> dict[str, str]:
+    """The ``data_files`` that _load_local hands to ``datasets.load_dataset``: data.files per split, else
+    {"train": data.path} (a file or a glob)."""
+    if cfg.files.given():
+        missing = [s for s in SPLITS if s not in cfg.files.given()]
+        if missing:
+            raise DataError(f"data.files lacks {', '.join(missing)}; give data.files.train, .validation and .test")
+        return cfg.files.given()
+    return {"train": cfg.path}
+
+
+def _where(cfg: DataConfig, split: str | None = None) -> str:
+    """How the user spelled the local input, for error messages: data.path=... or data.files.SPLIT=..."""
+    if cfg.files.given():
+        return f"data.files.{split}={cfg.files.given()[split]!r}" if split else f"data.files={cfg.files.given()!r}"
+    return f"data.path={cfg.path!r}"
+
+
 def _load_local(cfg: DataConfig):
     import datasets
 
     kwargs = {"sample_by": "document"} if cfg.format == "text" else {}
+    # datasets' own Arrow cache knows a local file only by its mtime (not its size or contents), so it would hand
+    # back the old rows for a file rewritten with a preserved or forged mtime. We only get here when our token cache
+    # (keyed by a content fingerprint) misses, i.e. when the text has to be read anyway: always re-read the files.
+    kwargs["download_mode"] = "force_redownload"
+    files = _local_data_files(cfg)
     try:
         if cfg.files.given():
-            missing = [s for s in SPLITS if s not in cfg.files.given()]
-            if missing:
-                raise DataError(f"data.files lacks {', '.join(missing)}; give data.files.train, .validation and .test")
-            return datasets.load_dataset(cfg.format, data_files=cfg.files.given(), **kwargs)
-        single = datasets.load_dataset(cfg.format, data_files={"train": cfg.path}, **kwargs)["train"]
-    except DataError:
-        raise
+            return datasets.load_dataset(cfg.format, data_files=files, **kwargs)
+        single = datasets.load_dataset(cfg.format, data_files=files, **kwargs)["train"]
     except Exception as e:  # noqa: BLE001
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f"could not read data.path={cfg.path!r} as {cfg.format} ({first}); check the path and "
+        raise DataError(f"could not read {_where(cfg)} as {cfg.format} ({first}); check the path and "
                         "data.format") from None
     if cfg.text_field not in single.column_names:
         raise DataError(f"{cfg.path!r} has no column {cfg.text_field!r} (has {single.column_names}); "
@@ -196,26 +215,159 @@ class TokenizedCorpus:
     vocab_size: int
     token_bytes: np.ndarray  # (V,) UTF-8 bytes per token id
     cache_path: Path | None = None
+    # Which data this is: the token cache key (a hash of the data config minus `name`, plus for data=local a hash of
+    # the contents of every input file). Equal fingerprints: same data config, same input bytes. Record it with a run.
+    fingerprint: str = ""
 
 
-def cache_key(cfg: DataConfig) -> str:
+def cache_key(cfg: DataConfig, content: str | None = None) -> str:
+    """The token cache key: a hash of the config minus `name` (and vocab_size for bytes) and, for data=local, of the
+    files' contents (`content`, from local_fingerprint). Without `content` (embedded, hub) the key is unchanged from
+    before content fingerprints existed, so those caches stay valid."""
     d = asdict(cfg)
     d.pop("name")
     if cfg.tokenizer == "byte":
         d.pop("vocab_size")
-    blob = json.dumps({"v": CACHE_VERSION, **d}, sort_keys=True)
+    extra = {} if content is None else {"content": content}
+    blob = json.dumps({"v": CACHE_VERSION, **d, **extra}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Content fingerprints of local input files
+# ---------------------------------------------------------------------------------------------------------------
+_HASH_INDEX = "file-hashes.json"  # in <cache_dir>/tokens: memoized sha256 of local files, see _file_sha256
+_RACY_NS = 2_000_000_000  # a file changed less than this before we hash it is not memoized (see _file_sha256)
+
+
+def _resolve_local_files(cfg: DataConfig) -> dict[str, list[str]]:
+    """{data_files key: sorted absolute paths} exactly as ``datasets.load_dataset(cfg.format, data_files=...)``
+    resolves them in _load_local (same patterns, same base directory, same glob and hidden-file rules)."""
+    from datasets.data_files import DataFilesDict, sanitize_patterns
+
+    out = {}
+    for key, pattern in _local_data_files(cfg).items():
+        where = _where(cfg, key)
+        if not pattern:
+            raise DataError(f"could not read {where} as {cfg.format} (no path given); give data.path=FILE or "
+                            "data.files.train/.validation/.test")
+        try:
+            # what datasets' PackagedDatasetModuleFactory does with data_files (base: the working directory)
+            found = DataFilesDict.from_patterns(sanitize_patterns({key: pattern}),
+                                                base_path=Path("").expanduser().resolve().as_posix())[key]
+        except Exception as e:  # noqa: BLE001 - FileNotFoundError, fsspec and URL errors
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(f"could not read {where} as {cfg.format} ({first}); check the path and "
+                            "data.format") from None
+        if not found:
+            raise DataError(f"could not read {where} as {cfg.format} (no file matches); check the path and "
+                            "data.format")
+        out[key] = sorted(str(f) for f in found)
+    return out
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stat_id(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _file_sha256(path: str, index: dict, dirty: list) -> tuple[int, str]:
+    """(size, sha256 of the contents) of a file; the hash is memoized in `index` under the file's absolute path
+    together with its (size, mtime_ns, ctime_ns, inode, device), and reused only while all five are unchanged.
+
+    Why the memo is sound: writing to a file updates its mtime and ctime; `touch`/utime can forge the mtime but
+    sets the ctime to the current time, and nothing short of changing the system clock or the raw disk sets a ctime
+    back. Replacing the file (rename, re-checkout) gives a new inode or ctime too. The one hole is timestamp
+    granularity: two writes within one clock tick (coarse kernel clock, ~1-10 ms; 2 s on FAT) can leave the same
+    ctime, so an entry is only stored for a file whose ctime is at least _RACY_NS older than the moment we began to
+    hash it, and only if its stat did not change while we hashed it ("racy git" rule). Files changed in the last
+    couple of seconds are simply hashed again each time."""
+    st = os.stat(path)
+    ident = _stat_id(st)
+    entry = index.get(path)
+    if isinstance(entry, dict) and entry.get("stat") == ident and isinstance(entry.get("sha256"), str):
+        return st.st_size, entry["sha256"]
+    started = time.time_ns()
+    digest = _sha256_file(path)
+    if _stat_id(os.stat(path)) == ident and st.st_ctime_ns < started - _RACY_NS and st.st_mtime_ns < started:
+        index[path] = {"stat": ident, "sha256": digest}
+        dirty.append(path)
+    return st.st_size, digest
+
+
+def _read_index(path: Path) -> dict:
+    try:
+        index = json.loads(path.read_text())
+        return index if isinstance(index, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_index(path: Path, index: dict) -> None:
+    """Best effort (a lost update only costs a re-hash): atomic replace, entries of vanished files dropped."""
+    import tempfile
+
+    index = {p: e for p, e in index.items() if os.path.exists(p)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".file-hashes.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(index, f, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def local_fingerprint(cfg: DataConfig, cache_dir: str | Path | None = None) -> str:
+    """Content fingerprint of the files data=local reads: sha256 over, per data_files key (train, or each split of
+    data.files) and per file in sorted order, the file's name relative to the common directory of that key's files,
+    its size and the sha256 of its contents. With `cache_dir`, per-file hashes are memoized (see _file_sha256).
+    A missing path or a glob that matches nothing is a one-line DataError."""
+    groups = _resolve_local_files(cfg)
+    index_path = Path(os.path.expanduser(str(cache_dir))) / "tokens" / _HASH_INDEX if cache_dir is not None else None
+    index = _read_index(index_path) if index_path else {}
+    dirty: list[str] = []
+    h = hashlib.sha256()
+    for key in sorted(groups):
+        files = groups[key]
+        local = [f for f in files if "://" not in f]
+        base = os.path.commonpath([os.path.dirname(f) for f in local]) if local else ""
+        h.update(f"group {key} {len(files)}\n".encode())
+        for f in files:
+            if "://" in f:  # a remote data file (URL): only its name; the hub/fsspec layer versions its contents
+                h.update(f"url {f}\n".encode())
+                continue
+            try:
+                size, digest = _file_sha256(f, index, dirty)
+            except OSError as e:
+                raise DataError(f"could not read {_where(cfg, key)} as {cfg.format} ({f}: {e.strerror or e}); check "
+                                "the path and data.format") from None
+            h.update(f"file {os.path.relpath(f, base)!r} {size} {digest}\n".encode())
+    if dirty and index_path:
+        _write_index(index_path, index)
+    return h.hexdigest()
 
 
 def load_tokens(cfg: DataConfig, cache_dir: str | Path) -> TokenizedCorpus:
     """Tokenize (or read from the cache) every split of the configured corpus."""
-    root = Path(os.path.expanduser(str(cache_dir))) / "tokens" / f"{cfg.name}-{cfg.tokenizer}-{cache_key(cfg)}"
+    content = local_fingerprint(cfg, cache_dir) if cfg.source == "local" else None
+    key = cache_key(cfg, content)
+    root = Path(os.path.expanduser(str(cache_dir))) / "tokens" / f"{cfg.name}-{cfg.tokenizer}-{key}"
     if (root / "done").exists():
         tokenizer = _tokenizer_from(root, cfg)
         splits = {s: np.load(root / f"{s}.npy", mmap_mode="r") for s in SPLITS}
-        return TokenizedCorpus(splits, tokenizer.vocab_size, tokenizer.token_bytes(), root)
+        return TokenizedCorpus(splits, tokenizer.vocab_size, tokenizer.token_bytes(), root, key)
 
     dd = load_corpus(cfg)
+    if content is not None and local_fingerprint(cfg, cache_dir) != content:
+        raise DataError(f"{_where(cfg)} changed while it was being read; run again once it is complete")
     texts = {s: [t for t in dd[s][cfg.text_field] if t] for s in SPLITS}
     if cfg.tokenizer == "bpe":
         tokenizer = BPETokenizer.train(texts["train"], cfg.vocab_size)
@@ -239,10 +391,11 @@ def load_tokens(cfg: DataConfig, cache_dir: str | Path) -> TokenizedCorpus:
         os.replace(tmp, root / f"{s}.npy")
     if isinstance(tokenizer, BPETokenizer):
         tokenizer.save(root / "tokenizer.json")
-    (root / "meta.json").write_text(json.dumps({"data": asdict(cfg), "sizes": {s: len(a) for s, a in splits.items()},
+    (root / "meta.json").write_text(json.dumps({"data": asdict(cfg), "fingerprint": key, "content": content,
+                                                "sizes": {s: len(a) for s, a in splits.items()},
                                                 "vocab_size": tokenizer.vocab_size}, indent=2))
     (root / "done").touch()
-    return TokenizedCorpus(splits, tokenizer.vocab_size, tokenizer.token_bytes(), root)
+    return TokenizedCorpus(splits, tokenizer.vocab_size, tokenizer.token_bytes(), root, key)
 
 
 def _tokenizer_from(root: Path, cfg: DataConfig) -> ByteTokenizer | BPETokenizer:

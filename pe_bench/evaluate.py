@@ -30,9 +30,15 @@ from pe_bench.model import Decoder, random_positions
 from pe_bench.schemes import LengthNotSupported
 
 EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride",
-                "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note"]
+                "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step"]
 POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "pos_start",
-                    "pos_end", "loss", "tokens", "seed"]
+                    "pos_end", "loss", "tokens", "seed", "budget", "step"]
+WINDOW_COLUMNS = ["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "window", "nll", "tokens"]
+# An evaluation row is identified by every setting that changes its number: a new setting adds rows, never replaces.
+# S: the sliding stride setting (stride = min(S, L_eval)); empty for nonoverlapping rows.
+EVAL_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step")
+POSITION_KEY = ("scheme", "split", "L_eval", "budget", "step", "pos_start")
+WINDOW_KEY = EVAL_KEY
 MIN_WINDOWS = 4  # the longest eval length must fit this many times in the scored span
 RANDOM_POSITIONS_SEED = 9176
 
@@ -44,6 +50,8 @@ class Score:
     bytes: int = 0
     pos_nll: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (L_eval,) summed nll by position
     pos_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    window_nll: list[float] = field(default_factory=list)  # per window: summed nll of its scored tokens
+    window_tokens: list[int] = field(default_factory=list)  # per window: its scored tokens
 
     @property
     def loss(self) -> float:
@@ -105,6 +113,8 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
         n_scored = torch.tensor([n for _, n in chunk], device=device)
         keep = torch.arange(length, device=device)[None, :] >= (length - n_scored)[:, None]
         nll = nll * keep
+        score.window_nll += nll.double().sum(1).tolist()
+        score.window_tokens += keep.sum(1).tolist()
         score.nll += float(nll.double().sum())
         score.tokens += int(keep.sum())
         score.bytes += int((tb[y] * keep).sum())
@@ -113,10 +123,10 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
     return score
 
 
-def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.ndarray,
-             device: torch.device) -> tuple[list[dict], list[dict]]:
-    """Evaluate one model (one scheme variant) at every configured length and mode.
-    Returns (eval rows, per-position rows)."""
+def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.ndarray, device: torch.device,
+             step: int | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+    """Evaluate one model (one scheme variant, its weights from optimizer step ``step``) at every configured length
+    and mode. Returns (eval rows, per-position rows, per-window rows)."""
     ecfg, L = cfg.eval, cfg.train.seq_len
     lengths = eval_lengths(ecfg, L)
     longest = max(lengths)
@@ -124,10 +134,13 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     sliding_span = scored_span(len(tokens), ecfg.sliding_max_tokens, longest)
     stride = ecfg.stride or L
     bf16 = use_bf16(cfg.train, device)
+    step = cfg.train.steps if step is None else step
     base = {"scheme": model.scheme.label(), "base_scheme": model.scheme.name, "model": cfg.model.name,
-            "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed}
+            "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed, "step": step}
+    budgets = {"nonoverlapping": ecfg.max_tokens, "sliding": ecfg.sliding_max_tokens}
     rows: list[dict] = []
     pos_rows: list[dict] = []
+    win_rows: list[dict] = []
     model.eval()
     for length in lengths:
         if stop_requested():  # a signal (e.g. Slurm's, before the time limit): the rerun evaluates again
@@ -140,18 +153,22 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
                 s = score_windows(model, tokens, token_bytes, length, length, span, ecfg.tokens_per_batch, device,
                                   bf16, positions)
                 if "nonoverlapping" in ecfg.modes:
-                    rows.append(_row(common, "nonoverlapping", length, s))
+                    rows.append(_row(common, "nonoverlapping", length, "", budgets["nonoverlapping"], s))
+                    win_rows += _window_rows(rows[-1], s)
                 if "per_position" in ecfg.modes:
-                    pos_rows.extend(_position_rows(common, s, ecfg.position_buckets))
+                    pos_rows.extend(_position_rows({**common, "budget": budgets["nonoverlapping"]}, s,
+                                                   ecfg.position_buckets))
             if "sliding" in ecfg.modes:
                 s = score_windows(model, tokens, token_bytes, length, strides["sliding"], sliding_span,
                                   ecfg.tokens_per_batch, device, bf16, positions)
-                rows.append(_row(common, "sliding", strides["sliding"], s))
+                rows.append(_row(common, "sliding", strides["sliding"], stride, budgets["sliding"], s))
+                win_rows += _window_rows(rows[-1], s)
         except LengthNotSupported as e:
-            rows += [{**common, "mode": mode, "stride": strides[mode], "loss": "", "ppl": "", "bpb": "",
-                      "tokens_scored": 0, "status": "not_applicable", "note": str(e)}
+            rows += [{**common, "mode": mode, "stride": strides[mode], "S": stride if mode == "sliding" else "",
+                      "budget": budgets[mode], "loss": "", "ppl": "",
+                      "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": str(e)}
                      for mode in ecfg.modes if mode in strides]
-    return rows, pos_rows
+    return rows, pos_rows, win_rows
 
 
 def eval_positions(cfg: Config, length: int, device: torch.device) -> torch.Tensor | None:
@@ -166,9 +183,22 @@ def eval_positions(cfg: Config, length: int, device: torch.device) -> torch.Tens
     return random_positions(n, length, torch.Generator().manual_seed(RANDOM_POSITIONS_SEED + length)).to(device)
 
 
-def _row(common: dict, mode: str, stride: int, s: Score) -> dict:
-    return {**common, "mode": mode, "stride": stride, "loss": round(s.loss, 6), "ppl": round(math.exp(s.loss), 4),
-            "bpb": round(s.bpb, 5), "tokens_scored": s.tokens, "status": "ok", "note": ""}
+def _row(common: dict, mode: str, stride: int, S: int | str, budget: int, s: Score) -> dict:
+    """One evaluation row. A non-finite loss (overflow, a broken model) is status ``nonfinite``, never ``ok``."""
+    row = {**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "tokens_scored": s.tokens}
+    if not math.isfinite(s.loss):
+        return {**row, "loss": "nan", "ppl": "nan", "bpb": "nan", "status": "nonfinite",
+                "note": "non-finite loss: the model overflowed or its weights are not finite"}
+    ppl = math.exp(s.loss) if s.loss < 700 else float("inf")
+    return {**row, "loss": round(s.loss, 6), "ppl": round(ppl, 4), "bpb": round(s.bpb, 5),
+            "status": "ok", "note": ""}
+
+
+def _window_rows(row: dict, s: Score) -> list[dict]:
+    """Per-window summed nll and scored tokens, enough to recompute the row and its uncertainty afterwards."""
+    key = {k: row[k] for k in WINDOW_COLUMNS[:8]}
+    return [{**key, "window": i, "nll": round(n, 6), "tokens": t}
+            for i, (n, t) in enumerate(zip(s.window_nll, s.window_tokens))]
 
 
 def _position_rows(common: dict, s: Score, buckets: int) -> list[dict]:

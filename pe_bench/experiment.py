@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import time
-
 import torch
 
-from pe_bench.config import Config, scheme_spec, with_options
+from pe_bench.config import Config, ConfigError, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_tokens
 from pe_bench.device import resolve_device
 from pe_bench.distributed import StopRequested, barrier, shutdown, world_from_env
-from pe_bench.evaluate import EVAL_COLUMNS, POSITION_COLUMNS, check_feasible, evaluate
+from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
+                               check_feasible, eval_lengths, evaluate)
 from pe_bench.model import Decoder
-from pe_bench.runs import Run, read_csv, run_dir_for, write_csv
-from pe_bench.train import load_trained, train
+from pe_bench.runs import Run, RunFileError, digest, file_sha256, identity, read_csv, run_dir_for, write_csv
+from pe_bench.train import Diverged, load_trained, train
+
+WINDOWS_CSV = "windows.csv"
 
 
 def is_done(run: Run) -> bool:
@@ -23,26 +25,34 @@ def is_done(run: Run) -> bool:
 def run_one(cfg: Config, progress: bool = True) -> Run:
     """Train (resuming from a checkpoint if one exists) and evaluate one config. Returns its run directory.
 
-    Any failure is recorded in the run's meta.json (status failed/interrupted, error) before it propagates. Under
-    torchrun/DDP every process trains and rank 0 alone writes the run directory and evaluates."""
+    A finished run is never trained or re-recorded again: only evaluation rows missing for the current eval
+    settings are added. Any failure is recorded in the run's meta.json (status failed/interrupted/diverged, error)
+    before it propagates. Under torchrun/DDP every process trains and rank 0 alone writes the run directory and
+    evaluates. Another process holding the run → RunBusy, and this one touches nothing."""
     run = Run(run_dir_for(cfg))
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device)
     world = world_from_env(device)
     try:
+        check_eval_variants(cfg)
         corpus = load_tokens(cfg.data, cfg.cache_dir)
         check_feasible(cfg, len(corpus.splits[cfg.eval.split]))  # bad input fails before the run directory exists
         if not world.is_main:  # a DDP worker: trains its share, writes nothing
             train(cfg, run, corpus, device, progress=False, world=world)
             barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
             return run
-        run.create(cfg)
-        t0 = time.perf_counter()
-        with run.lock():
+        run.path.mkdir(parents=True, exist_ok=True)
+        with run.lock():  # before anything is written: of two processes, the loser touches nothing
+            if is_done(run):
+                check_same_run(run, cfg)
+                evaluate_run(run, cfg, corpus, device, only_missing=True)
+                return run
+            run.create(cfg)
+            t0 = time.perf_counter()
             run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
                             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
-                            **Run.environment(device))
+                            data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device))
             try:
                 model = train(cfg, run, corpus, device, progress, world)
                 t1 = time.perf_counter()
@@ -59,43 +69,117 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
 
 
 def record_failure(run: Run, error: BaseException, seconds: float | None = None) -> None:
-    """Status (interrupted: resumable; failed) and the one-line error in the run's meta.json."""
+    """Status (interrupted: resumable; diverged; failed) and the one-line error in the run's meta.json. A failure
+    to write it (the disk is full) must not hide the original error."""
     stopped = isinstance(error, (KeyboardInterrupt, StopRequested))
-    fields = {"status": "interrupted" if stopped else "failed", "error": f"{type(error).__name__}: {error}"}
+    status = "interrupted" if stopped else "diverged" if isinstance(error, Diverged) else "failed"
+    fields = {"status": status, "error": f"{type(error).__name__}: {error}"}
+    if isinstance(error, Diverged):
+        fields.update(diverged_step=error.step, diverged_what=error.what, diverged_value=str(error.value))
     if seconds is not None:
         fields["wall_seconds"] = round(seconds, 2)
-    run.update_meta(**fields)
+    try:
+        run.update_meta(**fields)
+    except OSError:
+        pass
+
+
+def check_same_run(run: Run, cfg: Config) -> None:
+    """The run directory's saved config must define the same trained model as ``cfg`` and as the directory's name
+    (whose last part is the hash of that identity)."""
+    saved = run.load_config()
+    name_hash = run.path.name.rsplit("-", 1)[-1]
+    if identity(saved) != identity(cfg) or (len(name_hash) == 8 and name_hash != digest(identity(saved))):
+        raise RunFileError(f"{run.config} does not match its run directory's name (edited by hand, or copied "
+                           "from another run); move the run directory away")
+
+
+def check_eval_variants(cfg: Config) -> None:
+    """A scheme's eval_variants may change only the options that scheme declares as eval-time options."""
+    spec = scheme_spec(cfg.scheme)
+    for v in spec.eval_variants:
+        bad = sorted(set(v) - set(spec.cls.eval_options))
+        if bad:
+            allowed = ", ".join(f"scheme.{k}" for k in spec.cls.eval_options) or "none"
+            raise ConfigError(f"scheme.eval_variants entry {v} changes {', '.join(bad)}, which {spec.cls.name} "
+                              f"fixes at training; eval-time options of {spec.cls.name}: {allowed}")
+
+
+def check_eval_overrides(saved: Config, cfg: Config) -> None:
+    """``pe-bench eval`` may change eval.* and the scheme's eval-time options, never the trained model."""
+    old, new = dict(saved.scheme), dict(cfg.scheme)
+    cls = scheme_spec(saved.scheme).cls
+    allowed = ", ".join(f"scheme.{k}.*" if isinstance(old.get(k), dict) else f"scheme.{k}"
+                        for k in cls.eval_options) or "none"
+    if new.get("name") != old.get("name"):
+        raise ConfigError(f"scheme={new.get('name')}: this run was trained with {old.get('name')}, and pe-bench eval "
+                          f"evaluates a run as what it is; eval-time options of {old.get('name')}: {allowed}; train "
+                          f"a {new.get('name')} run with `pe-bench train scheme={new.get('name')}`")
+    changed = sorted(k for k in set(old) | set(new) if k not in ("eval_variants", "name") and old.get(k) != new.get(k))
+    bad = [k for k in changed if k not in cls.eval_options]
+    if bad:
+        raise ConfigError(f"scheme.{bad[0]} is fixed at training for {old['name']} (the checkpoint was trained with "
+                          f"{old.get(bad[0])!r}); eval-time options of {old['name']}: {allowed}")
+    check_eval_variants(cfg)
 
 
 def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, device: torch.device | None = None,
-                 model: Decoder | None = None) -> list[dict]:
-    """Evaluate the run's model and its scheme's eval-time variants; merge the rows into eval.csv/positions.csv
-    (rows for the same scheme variant, split, length, mode and stride are replaced). Returns this evaluation's rows."""
+                 model: Decoder | None = None, only_missing: bool = False, trained: Config | None = None) -> list[dict]:
+    """Evaluate the run's model and its scheme's eval-time variants and add the rows to eval.csv, positions.csv and
+    windows.csv. Rows are keyed by every evaluation setting (EVAL_KEY): new settings add rows beside the old ones;
+    the same settings again replace them with the same numbers. ``only_missing`` skips a variant whose rows for
+    these settings are all there already. ``trained``: the config the run was trained with, when ``cfg`` carries
+    eval-time scheme options (the checkpoint is checked against it). Returns this evaluation's rows."""
     device = device or resolve_device(cfg.train.device)
     corpus = corpus or load_tokens(cfg.data, cfg.cache_dir)
     spec = scheme_spec(cfg.scheme)
     specs = [spec] + ([with_options(spec, v) for v in spec.eval_variants] if cfg.eval.variants else [])
     tokens = corpus.splits[cfg.eval.split]
+    have = {_key(r, EVAL_KEY) for r in read_csv(run.eval_csv)} if only_missing else set()
     rows: list[dict] = []
     pos_rows: list[dict] = []
+    win_rows: list[dict] = []
     seen: set[str] = set()
     for i, sp in enumerate(specs):
-        m = model if (i == 0 and model is not None) else load_trained(run, cfg, device, sp)
-        if m.scheme.label() in seen:
+        if i == 0 and model is not None:
+            m, step = model, cfg.train.steps
+        else:
+            m, step = load_trained(run, cfg, device, sp, corpus, trained)
+        label = m.scheme.label()
+        if label in seen or (only_missing and _expected_keys(cfg, label, step) <= have):
             continue
-        seen.add(m.scheme.label())
-        r, p = evaluate(m, cfg, tokens, corpus.token_bytes, device)
+        seen.add(label)
+        r, p, w = evaluate(m, cfg, tokens, corpus.token_bytes, device, step)
         rows += r
         pos_rows += p
-    _merge(run.eval_csv, rows, EVAL_COLUMNS, ("scheme", "split", "L_eval", "mode", "stride"))
-    _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, ("scheme", "split", "L_eval", "pos_start"))
+        win_rows += w
+    if rows:
+        _merge(run.path / WINDOWS_CSV, win_rows, WINDOW_COLUMNS, WINDOW_KEY)
+        _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, POSITION_KEY)
+        _merge(run.eval_csv, rows, EVAL_COLUMNS, EVAL_KEY)
+        run.update_meta(eval_csv_sha256=file_sha256(run.eval_csv))  # the report refuses an altered eval.csv
     return rows
 
 
-def _merge(path, new: list[dict], columns: list[str], key: tuple[str, ...]) -> None:
-    def k(r: dict) -> tuple[str, ...]:
-        return tuple(str(r[c]) for c in key)
+def _expected_keys(cfg: Config, label: str, step: int) -> set[tuple[str, ...]]:
+    ecfg, L = cfg.eval, cfg.train.seq_len
+    out = set()
+    for n in eval_lengths(ecfg, L):
+        for mode, stride, S, budget in (("nonoverlapping", n, "", ecfg.max_tokens),
+                                        ("sliding", min(ecfg.stride or L, n), ecfg.stride or L,
+                                         ecfg.sliding_max_tokens)):
+            if mode in ecfg.modes:
+                out.add(_key({"scheme": label, "split": ecfg.split, "L_eval": n, "mode": mode, "stride": stride,
+                              "S": S, "budget": budget, "step": step}, EVAL_KEY))
+    return out
 
-    fresh = {k(r) for r in new}
-    kept = [r for r in read_csv(path) if k(r) not in fresh]
+
+def _key(r: dict, key: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(str(r.get(c)) for c in key)
+
+
+def _merge(path, new: list[dict], columns: list[str], key: tuple[str, ...]) -> None:
+    fresh = {_key(r, key) for r in new}
+    kept = [r for r in read_csv(path) if _key(r, key) not in fresh]
     write_csv(path, kept + new, columns)
+

@@ -3,65 +3,363 @@ plots (perplexity vs eval length; loss vs position)."""
 
 from __future__ import annotations
 
+import csv
+import hashlib
+import io
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
-from pe_bench.runs import Run, atomic_write_text, read_csv
+from pe_bench import stats
+from pe_bench.build import build_scheme
+from pe_bench.config import Config, ConfigError
+from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, read_csv
 
 MODES = ("nonoverlapping", "sliding")
 
 
-def collect(runs: list[Run]) -> pd.DataFrame:
-    """Every eval row of the given runs, in run order, with the run directory's name in column 'run'."""
-    rows = [{"run": run.path.name, **r} for run in runs for r in read_csv(run.eval_csv)]
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
-    for c in ("L_train", "L_eval", "stride", "tokens_scored", "seed"):
+STATUS_CELL = {"diverged": "diverged", "nonfinite": "nan", "not_applicable": "n/a"}  # worst first
+NUMERIC = ("L_train", "L_eval", "stride", "tokens_scored", "seed")
+REQUIRED = ("scheme", "split", "L_train", "L_eval", "mode", "stride", "ppl", "tokens_scored", "seed", "status")
+STATUSES = ("ok", "not_applicable", "nonfinite", "diverged")
+# Keys of a run's identity that never go into a row label: the seed is what replicas differ in; the scheme is the
+# row name already (its label lists the options that differ from the defaults).
+UNLABELLED = ("seed", "scheme")
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True, default=str) if isinstance(v, (list, dict)) else str(v)
+    return out
+
+
+def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
+    """A run's eval.csv, checked whole: an unreadable, binary, header-only, truncated or altered file (its
+    checksum in meta.json differs) is a RunFileError naming it — its rows are never used in part."""
+    path = run.eval_csv
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunFileError(f"{path} is unreadable or not text ({type(e).__name__})") from None
+    if "\x00" in text:
+        raise RunFileError(f"{path} is binary, not a CSV")
+    want = meta.get("eval_csv_sha256")
+    if want and hashlib.sha256(raw).hexdigest() != want:
+        raise RunFileError(f"{path} does not match the checksum pe-bench recorded in meta.json (truncated or "
+                           "edited); re-evaluate the run with `pe-bench eval`")
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise RunFileError(f"{path} lacks the columns {', '.join(missing)} (not a pe-bench eval.csv, or cut short)")
+    rows = list(reader)
+    if not rows:
+        raise RunFileError(f"{path} has a header and no rows")
+    for i, r in enumerate(rows, 2):
+        if None in r or any(r.get(c) is None for c in reader.fieldnames or []):
+            raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
+        if r["status"] not in STATUSES:
+            raise RunFileError(f"{path} line {i} has status {r['status']!r}, not one of {', '.join(STATUSES)}")
+        try:
+            [int(float(r[c])) for c in NUMERIC]
+            float(r["ppl"] or "nan")
+        except ValueError:
+            raise RunFileError(f"{path} line {i} holds a value that is not a number") from None
+    return rows
+
+
+def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows that say 'diverged' at every length and mode the run would have been evaluated at."""
+    from pe_bench.evaluate import eval_lengths
+
+    L, ecfg = cfg.train.seq_len, cfg.eval
+    base = {"scheme": build_scheme(cfg).label(),
+            "base_scheme": cfg.scheme["name"], "model": cfg.model.name, "data": cfg.data.name, "split": ecfg.split,
+            "L_train": L, "seed": cfg.seed, "loss": "nan", "ppl": "nan", "bpb": "nan", "tokens_scored": 0,
+            "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}",
+            "step": meta.get("diverged_step")}
+    rows = []
+    for n in eval_lengths(ecfg, L):
+        rows.append({**base, "L_eval": n, "ratio": round(n / L, 4), "mode": "nonoverlapping", "stride": n,
+                     "S": "", "budget": ecfg.max_tokens})
+        rows.append({**base, "L_eval": n, "ratio": round(n / L, 4), "mode": "sliding",
+                     "stride": min(ecfg.stride or L, n), "S": ecfg.stride or L, "budget": ecfg.sliding_max_tokens})
+    return rows
+
+
+@dataclass
+class Collected:
+    """Evaluation rows of many runs, each with the identity of its configuration, and what was left out."""
+
+    df: pd.DataFrame
+    windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Rows made elsewhere (tests, older files) without identity columns: one configuration per scheme label."""
+        if not self.df.empty:
+            defaults = {"label": self.df["scheme"], "config": "", "group": "", "budget": "", "S": "", "step": 0,
+                        "steps": 0, "run": ""}
+            missing = {k: v for k, v in defaults.items() if k not in self.df}
+            if missing:
+                self.df = self.df.assign(**missing)
+
+
+def collect_all(runs: list[Run]) -> Collected:
+    """Every trustworthy eval row of the given runs, in run order, with columns 'run', 'config' (the hash of the
+    configuration without the seed: rows of one config are seed replicas), 'group' (also without the scheme: the
+    rows that compete in one table) and 'label' (the scheme label plus the configuration keys that differ between
+    the runs, e.g. ``nope · model.n_layers=2``). Unreadable files and unfinished runs are left out, each with one
+    line in ``left_out``; diverged runs give 'diverged' rows."""
+    frames, flat, left = [], {}, []
+    windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    for run in runs:
+        try:
+            meta = run.meta()
+            cfg = run.load_config()
+            status = meta.get("status")
+            if status == "diverged":
+                rows = read_eval_rows(run, meta) if run.eval_csv.exists() else _diverged_rows(cfg, meta)
+            elif not run.eval_csv.exists():
+                raise RunFileError(f"{run.path} has no eval.csv (status {status or 'unknown'})")
+            else:
+                rows = read_eval_rows(run, meta)
+                if status != "done":
+                    steps = {str(r.get("step")) for r in rows}
+                    if steps & {"None", "", str(cfg.train.steps)}:
+                        raise RunFileError(f"{run.path} is not finished (status {status or 'unknown'}); its rows "
+                                           "are left out until it is (or evaluate it with `pe-bench eval --partial`)")
+        except RunFileError as e:
+            left.append(str(e))
+            continue
+        ident = identity(cfg, seed=False)
+        config_id = digest(ident)
+        group = digest({k: v for k, v in ident.items() if k != "scheme"})
+        flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
+        d = pd.DataFrame(rows)
+        for c in ("budget", "step", "note", "S"):
+            if c not in d:
+                d[c] = ""
+        d["step"] = d["step"].replace({None: "", "None": ""}).astype(str).replace("", str(cfg.train.steps))
+        d["budget"] = d["budget"].fillna("").astype(str)
+        d["S"] = d["S"].fillna("").astype(str)
+        d.insert(0, "run", run.path.name)
+        d["config"], d["group"], d["steps"] = config_id, group, cfg.train.steps
+        frames.append(d)
+        _read_windows(run, windows)
+    if not frames:
+        return Collected(pd.DataFrame(), windows, left)
+    df = pd.concat(frames, ignore_index=True)
+    for c in NUMERIC:
         df[c] = pd.to_numeric(df[c])
     for c in ("loss", "ppl", "bpb"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
-    return df
+    df["step"] = pd.to_numeric(df["step"]).astype(int)
+    dup = df.duplicated(["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step"])
+    if dup.any():  # the same run in two places (a copied results folder): one copy counts
+        for name in sorted(set(df.loc[dup, "run"])):
+            left.append(f"{name}: a second copy of a run already read; the first is used")
+        df = df[~dup].reset_index(drop=True)
+    varying = sorted(k for k in set().union(*flat.values()) if len({f.get(k) for f in flat.values()}) > 1)
+    suffix = {c: " · ".join(f"{k}={flat[c].get(k)}" for k in varying) for c in flat}
+    df["label"] = [s + (f" · {suffix[c]}" if suffix[c] else "") + (f" · step {a}/{b}" if a != b else "")
+                   for s, c, a, b in zip(df["scheme"], df["config"], df["step"], df["steps"])]
+    return Collected(df, windows, left)
 
 
-def comparison(df: pd.DataFrame, mode: str, split: str = "validation") -> pd.DataFrame:
-    """Perplexity table for one mode: index (scheme, L_train), one column per eval length, mean over seeds;
-    'n/a' where the scheme cannot run at that length, '—' where it was not evaluated. Column 'longest/L' is the
-    ratio of the perplexity at the longest length to the one at the training length; 'seeds' counts seeds."""
-    d = df[(df["mode"] == mode) & (df["split"] == split)]
+def collect(runs: list[Run]) -> pd.DataFrame:
+    """The rows of :func:`collect_all` (without the windows and what was left out)."""
+    return collect_all(runs).df
+
+
+def _read_windows(run: Run, out: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> None:
+    path = run.path / "windows.csv"
+    if not path.exists():
+        return
+    try:
+        w = pd.read_csv(path, dtype=str, keep_default_na=False)
+        w["nll"], w["tokens"], w["window"] = (pd.to_numeric(w[c]) for c in ("nll", "tokens", "window"))
+    except Exception:  # noqa: BLE001 - a damaged windows.csv only costs the intervals
+        return
+    if "S" not in w:
+        w["S"] = ""
+    for key, g in w.groupby(["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step"], sort=False):
+        g = g.sort_values("window")
+        out[(run.path.name, *key)] = (g["nll"].to_numpy(float), g["tokens"].to_numpy(float))
+
+
+CELL_KEY = ["label", "L_train", "stride", "budget", "step"]
+
+
+def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """seed → per-window (nll, tokens) for the rows of one table cell; None if any seed lacks them."""
+    out = {}
+    for r in rows.itertuples():
+        w = col.windows.get((r.run, r.scheme, r.split, str(r.L_eval), r.mode, str(r.stride), str(r.S),
+                             str(r.budget), str(r.step)))
+        if w is None:
+            return None
+        out[int(r.seed)] = w
+    return out
+
+
+def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation") -> pd.DataFrame:
+    """Perplexity table for one mode: index (row label, L_train), one column per eval length.
+
+    A row is one configuration (its label names the keys that differ between rows); its cells are the mean over
+    seed replicas, '± std' with several seeds, and a 95% interval: over seeds (t) with ≥ 2, else a bootstrap over the
+    evaluation windows (column 'interval' says which). 'diverged' or 'nan' where a replica did not give a finite
+    number (never averaged in), 'n/a' where the scheme cannot run at that length, '—' where not evaluated.
+    'longest/L' is the ratio of the mean perplexity at the longest length to the one at L; 'seeds' counts replicas.
+    Cells not distinguishable from the best of their length (paired test, :func:`best_marks`) are in ``.attrs``."""
+    col = df if isinstance(df, Collected) else Collected(df)
+    d = col.df
+    if d.empty:
+        return pd.DataFrame()
+    d = d[(d["mode"] == mode) & (d["split"] == split)]
     if d.empty:
         return pd.DataFrame()
     lengths = sorted(int(x) for x in d["L_eval"].unique())
-    mean = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].mean()
-    std = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].std()  # NaN for one seed
-    seeds = d.groupby(["scheme", "L_train"], sort=False)["seed"].nunique()
-    rows, index = [], []
-    for scheme, L in dict.fromkeys(zip(d["scheme"], d["L_train"])):
-        cells = {str(n): mean.get((scheme, L, n), float("nan")) for n in lengths}
-        base, last = cells.get(str(L), float("nan")), cells[str(lengths[-1])]
-        row = {str(n): (_cell(cells[str(n)], std.get((scheme, L, n), float("nan"))) if pd.notna(cells[str(n)])
-                        else "n/a" if (scheme, L, n) in mean.index else "—") for n in lengths}
-        row["longest/L"] = "n/a" if pd.isna(base) or pd.isna(last) else round(float(last / base), 3)
-        row["seeds"] = int(seeds[(scheme, L)])
-        rows.append(row)
-        index.append((scheme, int(L)))
-    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
+    # Evaluation settings that differ within one configuration make rows of their own (never a mean across them).
+    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S")}
+    rows, index, stats = [], [], {}
+    for label, L, budget, S in dict.fromkeys(zip(d["label"], d["L_train"], d["budget"], d["S"])):
+        r = d[(d["label"] == label) & (d["L_train"] == L) & (d["budget"] == budget) & (d["S"] == S)]
+        name = label + (f" · S={S}" if varies["S"] else "") + (f" · tokens={budget}" if varies["budget"] else "")
+        cells, means, kinds = {}, {}, set()
+        for n in lengths:
+            c = r[r["L_eval"] == n]
+            text, mean, kind = _cell_stats(col, c)
+            cells[str(n)] = text
+            means[n] = mean
+            if kind:
+                kinds.add(kind)
+            stats[(name, int(L), n)] = (mean, c)
+        base, last = means.get(int(L), float("nan")), means[lengths[-1]]
+        cells["longest/L"] = "n/a" if pd.isna(base) or pd.isna(last) else round(float(last / base), 3)
+        cells["seeds"] = int(r["seed"].nunique())
+        cells["interval"] = " / ".join(sorted(kinds)) or "—"
+        rows.append(cells)
+        index.append((name, int(L)))
+    t = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
+    t.attrs["best"] = best_marks(col, stats, lengths)
+    return t
 
 
-def _cell(mean: float, std: float) -> float | str:
-    """The mean, rounded; 'mean ± std' when there is more than one seed."""
-    return round(float(mean), 3) if pd.isna(std) else f"{float(mean):.3f} ± {float(std):.3f}"
+def _cell_stats(col: Collected, c: pd.DataFrame) -> tuple[str | float, float, str]:
+    """(cell text, mean perplexity or NaN, interval method) for the rows of one cell (one row per seed)."""
+    if c.empty:
+        return "—", float("nan"), ""
+    for status, word in STATUS_CELL.items():
+        if (c["status"] == status).any():
+            return word, float("nan"), ""
+    values = c["ppl"].to_numpy(float)
+    mean = float(values.mean())
+    text = f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} ± {float(values.std(ddof=1)):.3f}"
+    try:
+        if len(values) >= 2:
+            iv = stats.seed_interval(values)
+        else:
+            w = _cell_windows(col, c)
+            if w is None:
+                return (round(mean, 3) if len(values) == 1 else text), mean, ""
+            iv = stats.ppl_interval(list(w.values()), n_boot=BOOTSTRAP)
+    except ValueError:
+        return text, mean, ""
+    kind = f"t, {len(values)} seeds" if len(values) >= 2 else "bootstrap, windows"
+    return f"{text} [{iv.lo:.3f}, {iv.hi:.3f}]", mean, kind
 
 
-def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "", split: str = "validation") -> list[Path]:
+BOOTSTRAP = 1000  # resamples per interval: the 2.5/97.5 percentiles move by < 0.1% of the perplexity beyond this
+
+
+def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[tuple[str, int, int]]:
+    """Cells (row, L, length) not distinguishable from the best of their table group at that length: the lowest mean,
+    and every row whose paired 95% interval of the difference to it contains zero (same windows, same seeds)."""
+    marks: set[tuple[str, int, int]] = set()
+    for n in lengths:
+        by_group: dict[tuple, list] = {}
+        for (name, L, m), (mean, c) in stats_by_cell.items():
+            if m == n and not pd.isna(mean):
+                by_group.setdefault((c["group"].iloc[0], L, c["budget"].iloc[0]), []).append((mean, name, L, c))
+        for members in by_group.values():
+            members.sort(key=lambda x: x[0])
+            best_mean, best_name, best_L, best_rows = members[0]
+            marks.add((best_name, best_L, n))
+            wb = _cell_windows(col, best_rows)
+            for mean, name, L, c in members[1:]:
+                wa = _cell_windows(col, c)
+                if wa is None or wb is None:
+                    continue
+                try:
+                    p = stats.paired_difference(wa, wb, n_boot=BOOTSTRAP)
+                except ValueError:
+                    continue
+                if not p.excludes_zero:
+                    marks.add((name, L, n))
+    return marks
+
+
+def compare(col: Collected, a: str, b: str, split: str = "validation",
+            modes: tuple[str, ...] | list[str] = MODES) -> pd.DataFrame:
+    """Paired difference ppl(a) − ppl(b) at each mode and eval length, for every configuration group that has both
+    schemes (rows matched by their scheme label): the same windows and seeds on both sides, a 95% interval over
+    seeds (≥ 2 paired seeds) or a paired bootstrap over windows, and whether it excludes zero."""
+    d = col.df
+    d = d[(d["split"] == split) & (d["status"] == "ok")]
+    out = []
+    for missing in (x for x in (a, b) if x not in set(col.df["scheme"])):
+        raise ConfigError(f"--compare: no rows for scheme {missing!r}; rows here: "
+                          f"{', '.join(sorted(set(col.df['scheme'])))}")
+    for (mode, group, L, n, budget), g in d.groupby(["mode", "group", "L_train", "L_eval", "budget"], sort=True):
+        if mode not in modes:
+            continue
+        ra, rb = g[g["scheme"] == a], g[g["scheme"] == b]
+        if ra.empty or rb.empty:
+            continue
+        wa, wb = _cell_windows(col, ra), _cell_windows(col, rb)
+        if wa is None or wb is None:
+            continue
+        try:
+            p = stats.paired_difference(wa, wb, n_boot=BOOTSTRAP)
+        except ValueError:
+            continue
+        label = ra["label"].iloc[0].replace(a, "", 1).lstrip(" ·")
+        verdict = {"lower": f"{a} lower", "higher": f"{b} lower"}.get(p.verdict, "not distinguishable")
+        out.append({"mode": mode, "config": label or "-", "L": int(L), "L_eval": int(n),
+                    f"ppl {a}": round(float(ra["ppl"].mean()), 3), f"ppl {b}": round(float(rb["ppl"].mean()), 3),
+                    "difference": round(p.diff, 3), "95% interval": f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]",
+                    "method": f"t, {p.interval.n} seeds" if p.interval.method == stats.T_METHOD
+                    else f"paired bootstrap, {p.interval.n} windows",
+                    "excludes 0": "yes" if p.excludes_zero else "no", "verdict": verdict})
+    if not out:
+        raise ConfigError(f"--compare {a} {b}: no configuration has both with per-window losses (windows.csv); "
+                          "re-evaluate the runs with `pe-bench eval RUN_DIR`")
+    return pd.DataFrame(out)
+
+
+def _mark(value: Any, marked: bool, bold: tuple[str, str]) -> str:
+    return f"{bold[0]}{value}{bold[1]}" if marked else str(value)
+
+
+def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", split: str = "validation") -> list[Path]:
     """comparison.csv (every mode, wide) and comparison.md (one table per mode), for one split."""
+    col = df if isinstance(df, Collected) else Collected(df)
+    df = col.df
     out_dir.mkdir(parents=True, exist_ok=True)
     parts, md = [], [f"# {title}\n" if title else ""]
     for mode in MODES:
-        t = comparison(df, mode, split)
+        t = comparison(col, mode, split)
         if t.empty:
             continue
         flat = t.reset_index()
@@ -72,7 +370,7 @@ def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "", split: str = 
         what = "non-overlapping blocks" if mode == "nonoverlapping" else f"sliding window, stride S={_fmt(stride)}"
         scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
         md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; "
-                  f"{_fmt(scored)} tokens scored per length)\n\n{_markdown(t)}\n")
+                  f"{_fmt(scored) if scored else 0} tokens scored per length)\n\n{_markdown(t)}\n\n{LEGEND}\n")
     paths = []
     if parts:
         csv_path = out_dir / "comparison.csv"
@@ -83,26 +381,38 @@ def write_tables(df: pd.DataFrame, out_dir: Path, title: str = "", split: str = 
     return paths
 
 
+LEGEND = ("Cells: mean perplexity (± std over seeds) [95% interval: over seeds (t) with ≥ 2 seeds, else a bootstrap "
+          "over the evaluation windows — column `interval`]. **Bold**: the best of its column and every row not "
+          "distinguishable from it (paired 95% interval of the difference contains 0). `diverged`/`nan`: a replica "
+          "gave no finite number (never averaged in); `n/a`: the scheme cannot run at that length; `—`: not "
+          "evaluated.")
+
+
 def _fmt(strides) -> str:
     return ", ".join(str(int(s)) for s in strides) if len(strides) > 1 else str(int(strides[0]))
 
 
 def _markdown(t: pd.DataFrame) -> str:
     header = ["scheme", "L"] + list(t.columns)
+    best = t.attrs.get("best", set())
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (scheme, L), row in t.iterrows():
-        lines.append("| " + " | ".join([str(scheme), str(L)] + [str(v) for v in row.values]) + " |")
+        cells = [_mark(v, c.isdigit() and (scheme, L, int(c)) in best, ("**", "**")) for c, v in row.items()]
+        lines.append("| " + " | ".join([str(scheme), str(L)] + cells) + " |")
     return "\n".join(lines)
 
 
 def rich_table(t: pd.DataFrame, title: str) -> Table:
-    table = Table(title=title, header_style="bold")
+    table = Table(title=title, header_style="bold", caption="bold: not distinguishable from the best (paired 95%)")
     table.add_column("scheme", no_wrap=True)
     table.add_column("L", justify="right")
     for c in t.columns:
         table.add_column(c, justify="right")
+    best = t.attrs.get("best", set())
     for (scheme, L), row in t.iterrows():
-        table.add_row(escape(str(scheme)), str(L), *[str(v) for v in row.values])
+        cells = [_mark(escape(str(v)), c.isdigit() and (scheme, L, int(c)) in best, ("[bold]", "[/bold]"))
+                 for c, v in row.items()]
+        table.add_row(escape(str(scheme)), str(L), *cells)
     return table
 
 
@@ -112,9 +422,13 @@ def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", spl
     d = df[(df["mode"] == mode) & (df["split"] == split) & df["ppl"].notna()]
     if d.empty:
         return None
-    stats = d.groupby(["scheme", "L_train", "L_eval"], sort=False)["ppl"].agg(["mean", "std"]).reset_index()
+    d = d[d["status"] == "ok"] if "status" in d else d
+    if d.empty:
+        return None
+    name = "label" if "label" in d else "scheme"
+    per = d.groupby([name, "L_train", "L_eval"], sort=False)["ppl"].agg(["mean", "std"]).reset_index()
     fig, ax = _figure()
-    for (scheme, L), g in stats.groupby(["scheme", "L_train"], sort=False):
+    for (scheme, L), g in per.groupby([name, "L_train"], sort=False):
         g = g.sort_values("L_eval")
         label = scheme if d["L_train"].nunique() == 1 else f"{scheme} (L={L})"
         (line,) = ax.plot(g["L_eval"], g["mean"], marker="o", ms=3, label=label)
@@ -153,8 +467,12 @@ def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation") -> 
 
 
 def collect_positions(runs: list[Run]) -> pd.DataFrame:
-    rows = [{"run": run.path.name, **r} for run in runs if run.positions_csv.exists()
-            for r in read_csv(run.positions_csv)]
+    rows = []
+    for run in runs:
+        try:
+            rows += [{"run": run.path.name, **r} for r in read_csv(run.positions_csv)]
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue  # a damaged positions.csv costs its plot lines, nothing else
     df = pd.DataFrame(rows)
     if df.empty:
         return df
@@ -191,14 +509,16 @@ def _save(fig, ax, path: Path) -> None:
     tmp.replace(path)
 
 
-def write_report(df: pd.DataFrame, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
+def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
                  modes: tuple[str, ...] | list[str] = MODES, plots: bool = True) -> list[Path]:
     """Everything `pe-bench report` writes: eval_long.csv, comparison.csv/.md and (with matplotlib) the plots.
     Raises ImportError after the tables if plots were asked for and matplotlib is missing."""
-    df = df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
+    col = df if isinstance(df, Collected) else Collected(df)
+    df = col.df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
+    col = Collected(df, col.windows, col.left_out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "eval_long.csv", df.to_csv(index=False))
-    written = [out / "eval_long.csv", *write_tables(df, out, title, split)]
+    written = [out / "eval_long.csv", *write_tables(col, out, title, split)]
     if plots:
         for m in modes:
             written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split))

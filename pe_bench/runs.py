@@ -25,35 +25,65 @@ from typing import Any
 
 import torch
 
-from pe_bench.config import Config, to_yaml
+from pe_bench.config import Config, ConfigError, from_yaml, to_yaml
 
 CHECKPOINT = "checkpoint.pt"
 LOCK = ".lock"
 BOOKKEEPING = ("log_interval", "val_interval", "val_batches", "ckpt_interval", "threads")
 
 
-def run_name(cfg: Config) -> str:
-    """Readable prefix plus a hash of everything that changes the trained model (not eval/results/cache)."""
+def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
+    """Everything that changes the trained model — not evaluation, paths or bookkeeping — as plain data.
+    ``seed=False`` leaves the seed out: what seed replicas of one configuration share."""
     d = asdict(cfg)
-    for k in ("eval", "results_dir", "cache_dir"):
+    for k in ("eval", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
     d["scheme"] = {k: v for k, v in d["scheme"].items() if k != "eval_variants"}
     for k in BOOKKEEPING:  # how often to log/validate/checkpoint does not change the trained weights
         d["train"].pop(k)
-    h = hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return d
+
+
+def digest(d: Any, n: int = 8) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def run_name(cfg: Config) -> str:
+    """Readable prefix plus a hash of everything that changes the trained model (not eval/results/cache)."""
+    h = digest(identity(cfg))
     return f"{cfg.scheme['name']}-{cfg.model.name}-{cfg.data.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
+
+
+class RunFileError(ConfigError):
+    """A run directory's file cannot be read (corrupt, truncated, foreign); one line naming the file."""
 
 
 def run_dir_for(cfg: Config) -> Path:
     return Path(cfg.results_dir) / "runs" / run_name(cfg)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file in the same directory, then rename: readers never see half a file."""
+def _tmp_for(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` that replaces it on success and is removed on any failure (disk full, a
+    signal): a reader never sees half a file, and no temporary file is left behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = _tmp_for(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temporary file in the same directory, then rename."""
+    with _replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -72,9 +102,16 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with _replacing(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def git_sha() -> str | None:
@@ -91,6 +128,11 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 class RunBusy(RuntimeError):
@@ -114,7 +156,43 @@ class Run:
         atomic_write_text(self.config, to_yaml(cfg))
 
     def meta(self) -> dict[str, Any]:
-        return json.loads(self.meta_path.read_text()) if self.meta_path.exists() else {}
+        if not self.meta_path.exists():
+            return {}
+        try:
+            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RunFileError(f"{self.meta_path} is unreadable ({_first_line(e)}); move the run directory "
+                               "away or delete it to train this point again") from None
+        if not isinstance(meta, dict):
+            raise RunFileError(f"{self.meta_path} is not a JSON object; move the run directory away or delete it")
+        return meta
+
+    def load_config(self) -> Config:
+        """The run's saved config; an unreadable or invalid file is one RunFileError line naming it."""
+        try:
+            return from_yaml(self.config)
+        except ConfigError as e:
+            raise RunFileError(f"{self.config} is not a valid pe-bench config ({e})") from None
+        except Exception as e:  # noqa: BLE001 - YAML/OS errors of many types
+            raise RunFileError(f"{self.config} is unreadable ({_first_line(e)}); move the run directory away "
+                               "or delete it") from None
+
+    def load_checkpoint(self, device: torch.device | str = "cpu") -> dict[str, Any]:
+        try:
+            ckpt = torch.load(self.checkpoint, map_location=device, weights_only=False)
+        except Exception as e:  # noqa: BLE001 - pickle/zip/OS errors of many types
+            raise RunFileError(f"{self.checkpoint} is unreadable ({_first_line(e)}); delete it to train the run "
+                               "again from the start") from None
+        if not isinstance(ckpt, dict) or not {"model", "step", "config"} <= set(ckpt):
+            raise RunFileError(f"{self.checkpoint} is not a pe-bench checkpoint; delete it to train the run again")
+        return ckpt
+
+    def clean_stale(self) -> list[Path]:
+        """Remove temporary files left by killed processes (call with the lock held: no one else writes here)."""
+        stale = [p for p in self.path.glob(".*.tmp") if p.is_file()]
+        for p in stale:
+            p.unlink(missing_ok=True)
+        return stale
 
     def update_meta(self, **fields: Any) -> dict[str, Any]:
         meta = self.meta()
@@ -136,8 +214,9 @@ class Run:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RunBusy(f"{self.path} is being trained by another process") from None
+                raise RunBusy(f"{self.path} is being trained by another process (or evaluated)") from None
             try:
+                self.clean_stale()
                 yield
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)

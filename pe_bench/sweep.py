@@ -180,9 +180,10 @@ class Point:
     overrides: list[str]
     cfg: Config
     run: Run
-    state: str = "new"  # new | done | resume | running | queued | retry
+    state: str = "new"  # new | done | resume | running | queued | retry | diverged | corrupt
     detail: str = ""
     short: str = ""  # the overrides that differ between the sweep's points
+    meta: dict[str, Any] = field(default_factory=dict)  # the run's meta.json as last read
 
     @property
     def label(self) -> str:
@@ -207,6 +208,8 @@ def plan(points: list[list[str]]) -> list[Point]:
 
 
 BUSY = ("running", "queued")  # another process or a Slurm task has the point: the sweep leaves it alone
+LEFT = ("diverged", "corrupt")  # not run again, counted as failures: a deterministic run diverges again; an
+# unreadable run directory needs a person (the message says what to do), and never blocks the other points
 
 
 def slurm_job_alive(job: str) -> bool:
@@ -229,11 +232,23 @@ def inspect(point: Point) -> Point:
     resume (checkpoint at step k), retry (failed before), new."""
     from pe_bench.experiment import is_done
 
+    from pe_bench.runs import RunFileError
+
     run = point.run
-    meta = run.meta()
+    try:
+        meta = point.meta = run.meta()
+        if run.config.exists():
+            run.load_config()
+    except RunFileError as e:
+        point.state, point.detail, point.meta = "corrupt", f"{e}", {}
+        return point
     steps = point.cfg.train.steps
     job = meta.get("slurm_job")
-    if is_done(run):
+    if meta.get("status") == "diverged":
+        point.state = "diverged"
+        point.detail = (f"diverged at step {meta.get('diverged_step')} before: not retried (the same config "
+                        "diverges again; change train.lr, or delete the run directory to retry)")
+    elif is_done(run):
         point.state, point.detail = "done", "finished: skipped"
     elif job and slurm_job_alive(job):  # queued, running, or requeued after its time limit
         point.state, point.detail = "queued", f"in Slurm job {job}: skipped"

@@ -17,10 +17,46 @@ from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
 from pe_bench.model import Decoder, random_positions
-from pe_bench.runs import Run, atomic_save, read_csv, write_csv
+from pe_bench.runs import Run, RunFileError, atomic_save, digest, identity, read_csv, write_csv
 
 TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
 VAL_SEED = 1234
+
+
+class Diverged(RuntimeError):
+    """A non-finite loss or gradient norm: training stopped; the last checkpoint (if any) predates it."""
+
+    def __init__(self, step: int, what: str, value: float) -> None:
+        super().__init__(f"training diverged at step {step}: {what} = {value}; the last good checkpoint is kept "
+                         "(lower train.lr, or raise train.warmup_steps / lower train.grad_clip)")
+        self.step, self.what, self.value = step, what, value
+
+
+def checkpoint_identity(cfg: Config) -> str:
+    """The hash of everything that defines the trained model (the run name's hash): stored in every checkpoint and
+    checked whenever one is loaded, so a checkpoint is never evaluated or resumed as another run."""
+    return digest(identity(cfg))
+
+
+def check_checkpoint(run: Run, ckpt: dict, cfg: Config, corpus: TokenizedCorpus | None = None) -> None:
+    """Refuse a checkpoint that belongs to another configuration (copied in, or a config.yaml edited by hand), or
+    that was trained on other data than the corpus now behind the same config (a local file replaced)."""
+    saved = ckpt.get("identity") or digest(identity(_config_from(ckpt)))
+    if saved != checkpoint_identity(cfg):
+        raise RunFileError(f"{run.checkpoint} belongs to another configuration (identity {saved}, this run's "
+                           f"{checkpoint_identity(cfg)}): it was copied from another run or the config changed; "
+                           "delete it or put it back in its own run directory")
+    now = getattr(corpus, "fingerprint", None)
+    if ckpt.get("data") and now and ckpt["data"] != now:
+        raise RunFileError(f"{run.checkpoint} was trained on other data than {cfg.data.name} holds now (data "
+                           f"fingerprint {ckpt['data']} → {now}: a data file changed); restore the file, or move "
+                           "the run directory away to train on the new data")
+
+
+def _config_from(ckpt: dict) -> Config:
+    from pe_bench.config import validate
+
+    return validate(ckpt["config"])
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:
@@ -87,7 +123,8 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
     opt = make_optimizer(model, tc, device)
     step, history, window_losses = 0, [], []
     if run.checkpoint.exists():
-        ckpt = torch.load(run.checkpoint, map_location=device, weights_only=False)
+        ckpt = run.load_checkpoint(device)
+        check_checkpoint(run, ckpt, cfg, corpus)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         step = int(ckpt["step"])
@@ -115,11 +152,26 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
     t_start = t_log = time.perf_counter()
     elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
     completed = step  # optimizer steps whose update is in the weights
+    health: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, grad norm) not yet checked
+
+    def check_finite() -> None:
+        """One host sync for the steps since the last check: the first non-finite loss or gradient norm stops
+        training before anything is logged or saved from it."""
+        if not health:
+            return
+        values = torch.stack([torch.stack([lo.float(), gn.float()]) for _, lo, gn in health]).cpu()
+        bad = (~torch.isfinite(values)).nonzero()
+        if len(bad):
+            i, j = int(bad[0, 0]), int(bad[0, 1])
+            raise Diverged(health[i][0], "loss" if j == 0 else "gradient norm", float(values[i, j]))
+        health.clear()
 
     def save(at: int) -> None:
+        check_finite()  # never save weights that a non-finite step produced
         if world.is_main:
             atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
-                         "config": to_dict(cfg), "vocab_size": corpus.vocab_size,
+                         "config": to_dict(cfg), "identity": checkpoint_identity(cfg),
+                         "data": getattr(corpus, "fingerprint", None), "vocab_size": corpus.vocab_size,
                          "log_window": [float(v) for v in window_losses]}, run.checkpoint)
             run.update_meta(checkpoint_step=at)
 
@@ -141,14 +193,17 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
                     loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / len(my_micro)
                     loss.backward()
                 total += loss.detach()
-            if tc.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+            # The norm is computed either way (max_norm=inf scales by 1): a non-finite one means divergence.
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                       tc.grad_clip if tc.grad_clip > 0 else float("inf"))
+            health.append((step + 1, total.detach(), grad_norm.detach()))
             opt.step()
             opt.zero_grad(set_to_none=True)
             completed = done = step + 1
             window_losses.append(mean_across(world, total) if world.size > 1 else total)
             is_last = done == tc.steps
             if done % tc.log_interval == 0 or is_last:
+                check_finite()
                 window_losses = [float(v) for v in window_losses]  # the one host sync per log interval
                 now = time.perf_counter()
                 tps = len(window_losses) * tokens_per_step / max(now - t_log, 1e-9)
@@ -171,6 +226,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
     except (KeyboardInterrupt, StopRequested):
         # Ctrl-C or a signal: keep the work done so far; the same command resumes from here.
         window_losses = window_losses[: completed - int(history[-1]["step"] if history else 0)]
+        health[:] = [h for h in health if h[0] <= completed]
         save(completed)
         raise
     bar.close()
@@ -189,9 +245,12 @@ def _mean_tps(history: list[dict]) -> float:
     return float(np.median(values)) if values else 0.0
 
 
-def load_trained(run: Run, cfg: Config, device: torch.device, spec=None) -> Decoder:
-    """The run's trained model from its checkpoint, optionally with other (eval-time) scheme options."""
-    ckpt = torch.load(run.checkpoint, map_location=device, weights_only=False)
+def load_trained(run: Run, cfg: Config, device: torch.device, spec=None, corpus: TokenizedCorpus | None = None,
+                 trained: Config | None = None) -> tuple[Decoder, int]:
+    """The run's trained model from its checkpoint (checked to be the one ``trained`` — default ``cfg`` — defines, on
+    this data), optionally with other (eval-time) scheme options, and the step its weights come from."""
+    ckpt = run.load_checkpoint(device)
+    check_checkpoint(run, ckpt, trained or cfg, corpus)
     model = build_model(cfg, int(ckpt["vocab_size"]), spec).to(device)
     model.load_state_dict(ckpt["model"])
-    return model.eval()
+    return model.eval(), int(ckpt["step"])

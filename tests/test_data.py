@@ -1,6 +1,8 @@
 """Corpora through the real `datasets` library, tokenizers, the token cache."""
 
 import json
+import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -113,3 +115,89 @@ def test_local_files_per_split(tmp_path):
     one = compose(["data=local", f"data.files.train={tmp_path / 'train.txt'}"]).data
     with pytest.raises(DataError, match="data.files lacks validation, test"):
         load_tokens(one, tmp_path / "cache2")
+
+
+def _rewrite_keeping_size_and_mtime(path, text):
+    """New contents of the same length, with the old mtime put back (as `cp -p`, rsync -t or a forged touch would)."""
+    st = path.stat()
+    assert len(text.encode()) == st.st_size
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_local_cache_follows_the_file_contents(monkeypatch, tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"old line {i:04d}\n" for i in range(2000)))
+    cfg = compose(["data=local", f"data.path={path}"]).data
+    first = load_tokens(cfg, tmp_path / "cache")
+    assert bytes(first.splits["train"][:8]).decode() == "old line"
+    assert first.fingerprint and first.fingerprint in first.cache_path.name
+
+    _rewrite_keeping_size_and_mtime(path, "".join(f"new line {i:04d}\n" for i in range(2000)))
+    second = load_tokens(cfg, tmp_path / "cache")
+    assert bytes(second.splits["train"][:8]).decode() == "new line"
+    assert second.fingerprint != first.fingerprint and second.cache_path != first.cache_path
+
+    monkeypatch.setattr(data, "load_corpus", lambda _: pytest.fail("re-tokenized an unchanged file"))
+    third = load_tokens(cfg, tmp_path / "cache")
+    assert third.fingerprint == second.fingerprint and third.cache_path == second.cache_path
+    np.testing.assert_array_equal(third.splits["train"], second.splits["train"])
+
+
+def test_local_files_per_split_cache_follows_each_file(tmp_path):
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"{split}.txt").write_text(f"{split} aaaa\n" * 300)
+    files = ", ".join(f"{s}: {tmp_path / s}.txt" for s in ("train", "validation", "test"))
+    cfg = compose(["data=local", f"data.files={{{files}}}"]).data
+    first = load_tokens(cfg, tmp_path / "cache")
+    assert load_tokens(cfg, tmp_path / "cache").fingerprint == first.fingerprint
+    _rewrite_keeping_size_and_mtime(tmp_path / "validation.txt", "validation bbbb\n" * 300)
+    second = load_tokens(cfg, tmp_path / "cache")
+    assert second.fingerprint != first.fingerprint
+    assert bytes(second.splits["validation"][:15]).decode() == "validation bbbb"
+    np.testing.assert_array_equal(second.splits["train"], first.splits["train"])
+
+
+def test_local_glob_fingerprint_covers_every_matched_file(tmp_path):
+    (tmp_path / "docs").mkdir()
+    for i in range(3):
+        (tmp_path / "docs" / f"{i}.txt").write_text(f"document {i}\n" * 200)
+    cfg = compose(["data=local", f"data.path={tmp_path / 'docs'}/*.txt"]).data
+    fp = data.local_fingerprint(cfg)
+    assert data.local_fingerprint(cfg) == fp
+    _rewrite_keeping_size_and_mtime(tmp_path / "docs" / "1.txt", "document X\n" * 200)
+    assert data.local_fingerprint(cfg) != fp
+    fp = data.local_fingerprint(cfg)
+    (tmp_path / "docs" / "3.txt").write_text("one more\n")
+    assert data.local_fingerprint(cfg) != fp
+    (tmp_path / "docs" / "3.txt").unlink()
+    assert data.local_fingerprint(cfg) == fp
+
+
+def test_file_hash_memo_is_reused_only_while_the_file_is_untouched(monkeypatch, tmp_path):
+    monkeypatch.setattr(data, "_RACY_NS", 0)  # the file was just written: allow memoizing it anyway
+    path = tmp_path / "corpus.txt"
+    path.write_text("aaaa\n" * 1000)
+    cfg = compose(["data=local", f"data.path={path}"]).data
+    time.sleep(0.05)  # past the filesystem's timestamp granularity
+    fp = data.local_fingerprint(cfg, tmp_path / "cache")
+    index = json.loads((tmp_path / "cache" / "tokens" / "file-hashes.json").read_text())
+    assert str(path) in index
+    real = data._sha256_file
+    monkeypatch.setattr(data, "_sha256_file", lambda _: pytest.fail("re-hashed an untouched file"))
+    assert data.local_fingerprint(cfg, tmp_path / "cache") == fp
+    monkeypatch.setattr(data, "_sha256_file", real)
+    _rewrite_keeping_size_and_mtime(path, "bbbb\n" * 1000)  # same size and mtime; the ctime still moves
+    assert data.local_fingerprint(cfg, tmp_path / "cache") != fp
+
+
+@pytest.mark.parametrize("override", ["data.path={tmp}/missing.txt", "data.path={tmp}/nothing-*.txt",
+                                      "data.files={{train: {tmp}/missing.txt, validation: {tmp}/v.txt, "
+                                      "test: {tmp}/v.txt}}"])
+def test_local_missing_file_is_one_clear_line(tmp_path, override):
+    (tmp_path / "v.txt").write_text("validation\n")
+    cfg = compose(["data=local", override.format(tmp=tmp_path)]).data
+    with pytest.raises(DataError, match=r"could not read data\.(path|files\.train)=.*(missing\.txt|nothing-).*check "
+                                        r"the path and data\.format") as e:
+        load_tokens(cfg, tmp_path / "cache")
+    assert "\n" not in str(e.value)

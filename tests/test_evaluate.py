@@ -63,8 +63,13 @@ def test_sliding_differs_from_nonoverlapping_for_small_strides(setup):
 
 def test_evaluate_rows_and_position_curves(setup):
     cfg, model, tokens, tb = setup
-    rows, pos = evaluate(model, cfg, tokens, tb, DEV)
+    rows, pos, windows = evaluate(model, cfg, tokens, tb, DEV)
     assert [r["L_eval"] for r in rows if r["mode"] == "nonoverlapping"] == [16, 32, 64, 128]
+    for r in rows:  # the per-window losses recompute every row exactly: uncertainty can be computed afterwards
+        w = [x for x in windows if all(x[k] == r[k] for k in ("scheme", "L_eval", "mode", "stride", "S", "budget"))]
+        assert sum(x["tokens"] for x in w) == r["tokens_scored"]
+        assert sum(x["nll"] for x in w) / r["tokens_scored"] == pytest.approx(r["loss"], abs=1e-5)
+        assert len(w) == (2048 // r["L_eval"] if r["mode"] == "nonoverlapping" else 1 + (512 - r["L_eval"]) // 16)
     assert {r["mode"] for r in rows} == {"nonoverlapping", "sliding"}
     for r in rows:
         assert r["status"] == "ok" and r["ppl"] == pytest.approx(math.exp(r["loss"]), rel=1e-4)
@@ -79,7 +84,7 @@ def test_learned_lengths_past_the_table_are_reported_not_applicable():
     cfg = compose(["scheme=learned", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke"])
     model = build_model(cfg, 256).eval()
     tokens = np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)
-    rows, _ = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV)
+    rows, _, _ = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV)
     na = [r for r in rows if r["status"] == "not_applicable"]
     assert {r["L_eval"] for r in na} == {32, 64, 128}
     assert all("16 rows" in r["note"] and r["ppl"] == "" for r in na)

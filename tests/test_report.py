@@ -19,8 +19,10 @@ def rows():
 
 def test_comparison_means_over_seeds_and_marks_missing_cells():
     t = comparison(rows(), "nonoverlapping")
-    assert list(t.columns) == ["64", "512", "longest/L", "seeds"]
-    assert t.loc[("alibi", 64)].tolist() == ["11.000 ± 1.414", "10.000 ± 1.414", round(10 / 11, 3), 2]  # mean ± std
+    assert list(t.columns) == ["64", "512", "longest/L", "seeds", "interval"]
+    # mean ± std [95% t interval over 2 seeds: mean ± 12.706 · 1.414 / √2]
+    assert t.loc[("alibi", 64)].tolist() == ["11.000 ± 1.414 [-1.706, 23.706]", "10.000 ± 1.414 [-2.706, 22.706]",
+                                             round(10 / 11, 3), 2, "t, 2 seeds"]
     assert t.loc[("learned", 64), "512"] == "n/a" and t.loc[("learned", 64), "longest/L"] == "n/a"
     assert t.loc[("rope", 64), "512"] == "—"
     assert comparison(rows(), "sliding").empty
@@ -31,7 +33,7 @@ def test_tables_are_written_deterministically(tmp_path):
     a = write_tables(rows(), tmp_path / "a", "t")
     b = write_tables(rows(), tmp_path / "b", "t")
     assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
-    assert "| learned | 64 | 10.0 | n/a | n/a | 1 |" in (tmp_path / "a" / "comparison.md").read_text()
+    assert "| learned | 64 | 10.0 | n/a | n/a | 1 | — |" in (tmp_path / "a" / "comparison.md").read_text()
 
 
 def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tmp_path):

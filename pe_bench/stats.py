@@ -1,0 +1,235 @@
+"""Uncertainty of perplexities: intervals over seeds or over evaluation windows, and paired comparisons.
+
+The evaluator scores a token stream in windows; window w has ``nll[w]`` (summed negative log-likelihood, nats) and
+``tokens[w]`` (tokens scored), and a run's perplexity is exp(Σnll / Σtokens).
+
+- Several seeds (independent runs): a Student-t interval over the per-seed perplexities.
+- One seed: a percentile bootstrap over windows (resampled with replacement), which captures the variability of the
+  evaluation data but not of training.
+- Two schemes A and B evaluated on the same windows: a paired interval of ppl_A − ppl_B, over the seeds both have
+  (t) or, with one common seed, a bootstrap that resamples the same windows for both. Pairing cancels the shared
+  window difficulty, so it is much tighter than two separate intervals.
+
+Pure numpy (no scipy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+T_METHOD = "t over seeds"
+BOOTSTRAP_METHOD = "bootstrap over windows"
+MAX_DRAWS = 1 << 22  # window indices drawn per bootstrap chunk (32 MiB of int64)
+
+# Student-t 0.975 quantiles for df = 1..30 (two-sided 95%).
+T975 = (12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851, 2.364624252, 2.306004135,
+        2.262157163, 2.228138852, 2.200985160, 2.178812830, 2.160368656, 2.144786688, 2.131449546, 2.119905299,
+        2.109815578, 2.100922040, 2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
+        2.059538553, 2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456)
+EXACT_MAX_DF = 200  # above this, the Cornish-Fisher expansion is accurate to better than 1e-9
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: float
+    hi: float
+    method: str  # T_METHOD or BOOTSTRAP_METHOD
+    n: int  # seeds (t) or windows (bootstrap)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """ppl_A − ppl_B over paired seeds (or, with one seed, over the same windows)."""
+
+    diff: float  # mean over paired seeds of ppl_A − ppl_B
+    ratio: float  # mean over paired seeds of ppl_A / ppl_B
+    interval: Interval  # of diff
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.interval.lo > 0 or self.interval.hi < 0
+
+    @property
+    def verdict(self) -> str:
+        """'lower' (A's perplexity is lower than B's), 'higher', or 'indistinguishable' (the interval holds 0)."""
+        return "lower" if self.interval.hi < 0 else "higher" if self.interval.lo > 0 else "indistinguishable"
+
+
+def normal_quantile(q: float) -> float:
+    """Standard normal quantile: Acklam's rational approximation (relative error 1e-9), then one Halley step."""
+    if not 0 < q < 1:
+        raise ValueError(f"quantile level must be in (0, 1), got {q}")
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    p = min(q, 1 - q)
+    if p < 0.02425:  # tails
+        r = math.sqrt(-2 * math.log(p))
+        x = (((((c[0] * r + c[1]) * r + c[2]) * r + c[3]) * r + c[4]) * r + c[5]) / \
+            ((((d[0] * r + d[1]) * r + d[2]) * r + d[3]) * r + 1)
+        x = -x if q > 0.5 else x  # the formula gives the lower tail's (negative) quantile
+    else:
+        r = (q - 0.5) ** 2
+        x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * (q - 0.5) / \
+            (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    e = 0.5 * math.erfc(-x / math.sqrt(2)) - q  # Halley refinement to full double precision
+    u = e * math.sqrt(2 * math.pi) * math.exp(x * x / 2)
+    return x - u / (1 + x * u / 2)
+
+
+def t_quantile(df: int, q: float = 0.975) -> float:
+    """Student-t quantile with df degrees of freedom: the table for q = 0.975 and df ≤ 30, closed forms for df 1
+    and 2, the exact distribution function inverted by bisection up to df 200, the Cornish-Fisher expansion above."""
+    if df != int(df) or df < 1:
+        raise ValueError(f"degrees of freedom must be an integer ≥ 1, got {df}")
+    if not 0 < q < 1:
+        raise ValueError(f"quantile level must be in (0, 1), got {q}")
+    df = int(df)
+    if q == 0.975 and df <= len(T975):
+        return T975[df - 1]
+    if q < 0.5:
+        return -t_quantile(df, 1 - q)
+    if q == 0.5:
+        return 0.0
+    if df == 1:
+        return math.tan(math.pi * (q - 0.5))
+    if df == 2:
+        return (2 * q - 1) / math.sqrt(2 * q * (1 - q))
+    if df > EXACT_MAX_DF:
+        return _cornish_fisher(df, q)
+    target, lo, hi = 2 * q - 1, 0.0, 1.0  # P(|T| < t) = 2q − 1
+    while _t_central(hi, df) < target:
+        lo, hi = hi, 2 * hi
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if _t_central(mid, df) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _t_central(t: float, df: int) -> float:
+    """P(|T| < t) for integer df, by the finite series of Abramowitz & Stegun 26.7.3–4."""
+    theta = math.atan(t / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 0:  # sinθ · Σ_{k<df/2} (1·3⋯(2k−1))/(2·4⋯2k) cos^{2k}θ
+        k = np.arange(1, df // 2)
+        return float(s * (1 + np.cumprod((2 * k - 1) / (2 * k) * c2).sum()))
+    # (2/π)(θ + sinθ cosθ · Σ_{k<(df−1)/2} (2·4⋯2k)/(3·5⋯(2k+1)) cos^{2k}θ)
+    k = np.arange(1, (df - 1) // 2)
+    series = 0.0 if df == 1 else 1 + np.cumprod(2 * k / (2 * k + 1) * c2).sum()
+    return float(2 / math.pi * (theta + s * math.sqrt(c2) * series))
+
+
+def _cornish_fisher(df: int, q: float) -> float:
+    """Abramowitz & Stegun 26.7.5: the t quantile as a series in 1/df around the normal quantile."""
+    x = normal_quantile(q)
+    g1 = (x**3 + x) / 4
+    g2 = (5 * x**5 + 16 * x**3 + 3 * x) / 96
+    g3 = (3 * x**7 + 19 * x**5 + 17 * x**3 - 15 * x) / 384
+    g4 = (79 * x**9 + 776 * x**7 + 1482 * x**5 - 1920 * x**3 - 945 * x) / 92160
+    return x + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+
+
+def seed_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """mean ± t_{(1+level)/2, n−1} · s/√n over per-seed values (n ≥ 2)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if len(v) < 2:
+        raise ValueError(f"a t interval needs at least 2 seeds, got {len(v)}")
+    if not np.isfinite(v).all():
+        raise ValueError(f"a t interval needs finite values, got {v.tolist()}")
+    _check_level(level)
+    mean = float(v.mean())
+    half = t_quantile(len(v) - 1, (1 + level) / 2) * float(v.std(ddof=1)) / math.sqrt(len(v))
+    return Interval(mean - half, mean + half, T_METHOD, len(v))
+
+
+def ppl(nll: np.ndarray, tokens: np.ndarray) -> float:
+    """exp(Σnll / Σtokens)."""
+    nll, tokens = _windows(nll, tokens)
+    return math.exp(nll.sum() / tokens.sum())
+
+
+def bootstrap_ppl_interval(nll: np.ndarray, tokens: np.ndarray, level: float = 0.95, n_boot: int = 2000,
+                           seed: int = 0) -> Interval:
+    """Percentile bootstrap of exp(Σnll/Σtokens) over windows resampled with replacement; deterministic per seed."""
+    nll, tokens = _windows(nll, tokens)
+    _check_level(level)
+    stats = np.concatenate([np.exp(s / t) for (s,), t in _resampled_sums((nll,), tokens, n_boot, seed)])
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(nll))
+
+
+def ppl_interval(per_seed: Sequence[tuple[np.ndarray, np.ndarray]], level: float = 0.95, n_boot: int = 2000,
+                 seed: int = 0) -> Interval:
+    """Interval of one table row's perplexity from its seeds' (nll, tokens) per window: t over the per-seed
+    perplexities with ≥ 2 seeds, the bootstrap over windows with one."""
+    if len(per_seed) == 0:
+        raise ValueError("no seeds to compute a perplexity interval from")
+    if len(per_seed) == 1:
+        return bootstrap_ppl_interval(*per_seed[0], level=level, n_boot=n_boot, seed=seed)
+    return seed_interval([ppl(nll, tokens) for nll, tokens in per_seed], level)
+
+
+def paired_difference(a: Mapping[int, tuple[np.ndarray, np.ndarray]], b: Mapping[int, tuple[np.ndarray, np.ndarray]],
+                      level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Paired:
+    """ppl_A − ppl_B over the seeds both have (seed → (nll, tokens) per window), which must have been evaluated on
+    the same windows: a t interval over the per-seed differences with ≥ 2 common seeds; with one, a paired bootstrap
+    that resamples the same windows for A and B."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise ValueError(f"no seed in common to pair: A has seeds {sorted(a)}, B has {sorted(b)}")
+    _check_level(level)
+    pairs = []
+    for s in common:
+        nll_a, tok_a = _windows(*a[s])
+        nll_b, tok_b = _windows(*b[s])
+        if len(tok_a) != len(tok_b) or not np.array_equal(tok_a, tok_b):
+            raise ValueError(f"A and B were evaluated on different windows (seed {s}: {len(tok_a)} windows, "
+                             f"{tok_a.sum():g} tokens vs {len(tok_b)} windows, {tok_b.sum():g} tokens)")
+        pairs.append((nll_a, nll_b, tok_a))
+    ppls = np.array([[ppl(nll_a, tok), ppl(nll_b, tok)] for nll_a, nll_b, tok in pairs])
+    diff, ratio = float((ppls[:, 0] - ppls[:, 1]).mean()), float((ppls[:, 0] / ppls[:, 1]).mean())
+    if len(pairs) >= 2:
+        return Paired(diff, ratio, seed_interval(ppls[:, 0] - ppls[:, 1], level))
+    nll_a, nll_b, tok = pairs[0]
+    stats = np.concatenate([np.exp(sa / t) - np.exp(sb / t)
+                            for (sa, sb), t in _resampled_sums((nll_a, nll_b), tok, n_boot, seed)])
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return Paired(diff, ratio, Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(tok)))
+
+
+def _resampled_sums(arrays: tuple[np.ndarray, ...], tokens: np.ndarray, n_boot: int,
+                    seed: int) -> Iterator[tuple[tuple[np.ndarray, ...], np.ndarray]]:
+    """Per chunk of bootstrap resamples: the sums of each array and of tokens over the same resampled windows."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be ≥ 1, got {n_boot}")
+    rng = np.random.default_rng(seed)
+    n = len(tokens)
+    rows = max(1, MAX_DRAWS // n)
+    for start in range(0, n_boot, rows):
+        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n))
+        yield tuple(x[idx].sum(axis=1) for x in arrays), tokens[idx].sum(axis=1)
+
+
+def _windows(nll: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Validated 1-D float64 copies of per-window nll and token counts."""
+    nll, tokens = np.asarray(nll, dtype=np.float64).ravel(), np.asarray(tokens, dtype=np.float64).ravel()
+    if len(nll) == 0 or len(nll) != len(tokens):
+        raise ValueError(f"need one nll and one token count per window, got {len(nll)} and {len(tokens)}")
+    if (tokens < 0).any() or tokens.sum() <= 0:
+        raise ValueError("token counts must be non-negative with a positive total")
+    return nll, tokens
+
+
+def _check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")

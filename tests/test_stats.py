@@ -1,0 +1,149 @@
+"""Intervals over seeds and windows, and paired comparisons, on synthetic data with known answers."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pe_bench.stats import (BOOTSTRAP_METHOD, T_METHOD, Interval, bootstrap_ppl_interval, normal_quantile,
+                            paired_difference, ppl, ppl_interval, seed_interval, t_quantile)
+
+TRUE_LOSS = 3.0  # nats per token: the windows' population perplexity is e³
+
+
+def windows(rng: np.random.Generator, n: int, loss: float = TRUE_LOSS) -> tuple[np.ndarray, np.ndarray]:
+    """n windows of 50..150 scored tokens whose per-token loss is Gamma-distributed with mean `loss`, independent of
+    the window's size, so the population perplexity is exp(loss)."""
+    tokens = rng.integers(50, 151, size=n).astype(float)
+    return tokens * rng.gamma(16.0, loss / 16.0, size=n), tokens
+
+
+def test_t_quantile_table_normal_limit_and_monotone():
+    assert t_quantile(1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(2) == pytest.approx(4.303, abs=1e-3)
+    assert t_quantile(10) == pytest.approx(2.228, abs=1e-3)
+    assert t_quantile(30) == pytest.approx(2.042, abs=1e-3)
+    assert t_quantile(10**6) == pytest.approx(1.96, abs=0.01)
+    qs = [t_quantile(df) for df in range(1, 400)]  # across the table, the exact range and Cornish-Fisher
+    assert all(x > y for x, y in zip(qs, qs[1:]))
+    assert t_quantile(5, 0.95) == pytest.approx(2.015, abs=1e-3)  # other levels, from standard tables
+    assert t_quantile(1, 0.995) == pytest.approx(63.657, abs=1e-3)
+    assert t_quantile(40, 0.975) == pytest.approx(2.021, abs=1e-3)
+    assert t_quantile(120, 0.995) == pytest.approx(2.617, abs=1e-3)
+    assert t_quantile(7, 0.025) == -t_quantile(7, 0.975)
+    assert normal_quantile(0.975) == pytest.approx(1.959964, abs=1e-6)
+    assert normal_quantile(1e-4) == pytest.approx(-3.719016, abs=1e-6)
+    for bad in (0, -3):
+        with pytest.raises(ValueError):
+            t_quantile(bad)
+    with pytest.raises(ValueError):
+        t_quantile(5, 1.0)
+
+
+def test_seed_interval_of_known_values():
+    iv = seed_interval([1.0, 2.0, 3.0])  # mean 2, s = 1
+    half = 4.303 / math.sqrt(3)
+    assert iv.lo == pytest.approx(2 - half, abs=1e-3) and iv.hi == pytest.approx(2 + half, abs=1e-3)
+    assert (iv.method, iv.n) == (T_METHOD, 3)
+    with pytest.raises(ValueError):
+        seed_interval([1.0])
+
+
+def test_seed_interval_covers_the_mean_95_percent_of_the_time():
+    rng = np.random.default_rng(1)
+    hits = [(iv := seed_interval(rng.normal(5.0, 2.0, size=3))).lo <= 5.0 <= iv.hi for _ in range(2000)]
+    assert 0.93 <= np.mean(hits) <= 0.97
+
+
+def test_ppl_is_token_weighted():
+    assert ppl(np.array([2.0, 10.0]), np.array([1, 3])) == pytest.approx(math.exp(3.0))
+    with pytest.raises(ValueError):
+        ppl(np.array([1.0, 2.0]), np.array([1]))
+
+
+def test_bootstrap_covers_the_true_perplexity_about_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    hits = []
+    for rep in range(200):
+        iv = bootstrap_ppl_interval(*windows(rng, 100), n_boot=300, seed=rep)
+        hits.append(iv.lo <= math.exp(TRUE_LOSS) <= iv.hi)
+    assert 0.88 <= np.mean(hits) <= 0.99
+
+
+def test_bootstrap_is_deterministic_and_fast_at_full_size():
+    nll, tokens = windows(np.random.default_rng(2), 1000)
+    iv = bootstrap_ppl_interval(nll, tokens)  # 1000 windows × 2000 resamples
+    assert iv == bootstrap_ppl_interval(nll, tokens)
+    assert iv != bootstrap_ppl_interval(nll, tokens, seed=1)
+    assert iv.lo < ppl(nll, tokens) < iv.hi and (iv.method, iv.n) == (BOOTSTRAP_METHOD, 1000)
+
+
+def test_ppl_interval_uses_t_over_seeds_or_bootstrap_for_one_seed():
+    rng = np.random.default_rng(3)
+    runs = [windows(rng, 100) for _ in range(3)]
+    assert ppl_interval(runs) == seed_interval([ppl(*r) for r in runs])
+    one = ppl_interval(runs[:1], n_boot=200)
+    assert one == bootstrap_ppl_interval(*runs[0], n_boot=200) and one.method == BOOTSTRAP_METHOD
+    with pytest.raises(ValueError):
+        ppl_interval([])
+
+
+def shared_difficulty(rng: np.random.Generator, n: int, shift: float, noise: float):
+    """A and B on the same n windows with a strong window effect (per-token loss varies ±0.5 between windows):
+    B's nll is A's plus shift·tokens plus zero-mean noise of `noise` nats per token."""
+    tokens = np.full(n, 128.0)
+    nll_a = tokens * (TRUE_LOSS + rng.normal(0, 0.5, size=n))
+    nll_b = nll_a + tokens * (shift + rng.normal(0, noise, size=n))
+    return (nll_a, tokens), (nll_b, tokens)
+
+
+def test_paired_bootstrap_finds_a_real_difference_that_separate_intervals_miss():
+    a, b = shared_difficulty(np.random.default_rng(4), 200, shift=0.05, noise=0.01)
+    p = paired_difference({0: a}, {0: b})
+    assert p.diff == pytest.approx(ppl(*a) - ppl(*b)) and p.diff < 0
+    assert p.ratio == pytest.approx(math.exp(-0.05), abs=0.005)
+    assert p.excludes_zero and p.verdict == "lower"
+    assert (p.interval.method, p.interval.n) == (BOOTSTRAP_METHOD, 200)
+    assert paired_difference({0: b}, {0: a}).verdict == "higher"
+    ia, ib = bootstrap_ppl_interval(*a), bootstrap_ppl_interval(*b)
+    assert ia.hi > ib.lo  # the separate intervals overlap ...
+    width = p.interval.hi - p.interval.lo
+    assert width < 0.1 * min(ia.hi - ia.lo, ib.hi - ib.lo)  # ... the paired one is far narrower
+
+
+def test_paired_bootstrap_under_the_null_contains_zero():
+    rng = np.random.default_rng(5)
+    a, b = shared_difficulty(rng, 200, shift=0.0, noise=0.05)
+    p = paired_difference({0: a}, {0: b})
+    assert p.interval.lo < 0 < p.interval.hi and not p.excludes_zero and p.verdict == "indistinguishable"
+    false_alarms = [paired_difference({0: a}, {0: b}, n_boot=200, seed=i).excludes_zero
+                    for i, (a, b) in enumerate(shared_difficulty(rng, 100, 0.0, 0.05) for _ in range(100))]
+    assert np.mean(false_alarms) <= 0.12
+
+
+def test_paired_over_two_or_more_common_seeds_uses_t():
+    rng = np.random.default_rng(6)
+    runs = {s: shared_difficulty(rng, 50, shift=0.05, noise=0.01) for s in range(4)}
+    a = {s: runs[s][0] for s in (0, 1, 2)}
+    b = {s: runs[s][1] for s in (1, 2, 3)}  # seeds 1 and 2 pair
+    p = paired_difference(a, b)
+    diffs = [ppl(*runs[s][0]) - ppl(*runs[s][1]) for s in (1, 2)]
+    assert p.diff == pytest.approx(np.mean(diffs))
+    assert p.ratio == pytest.approx(np.mean([ppl(*runs[s][0]) / ppl(*runs[s][1]) for s in (1, 2)]))
+    assert p.interval == seed_interval(diffs) and (p.interval.method, p.interval.n) == (T_METHOD, 2)
+
+
+def test_paired_rejects_different_windows_and_no_common_seed():
+    a, b = shared_difficulty(np.random.default_rng(7), 20, shift=0.0, noise=0.01)
+    with pytest.raises(ValueError, match="different windows"):
+        paired_difference({0: a}, {0: (b[0][:-1], b[1][:-1])})
+    with pytest.raises(ValueError, match="different windows"):
+        paired_difference({0: a}, {0: (b[0], b[1] + np.arange(20))})
+    with pytest.raises(ValueError, match="no seed in common"):
+        paired_difference({0: a}, {1: b})
+
+
+def test_interval_is_a_frozen_record():
+    iv = Interval(1.0, 2.0, T_METHOD, 3)
+    with pytest.raises(AttributeError):
+        iv.lo = 0.0  # type: ignore[misc]
