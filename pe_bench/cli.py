@@ -240,7 +240,6 @@ def _print_plan(points, name: str) -> None:
 def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
     """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
     from pe_bench.evaluate import eval_lengths
-    from pe_bench.experiment import is_done
     from pe_bench.report import MODES, collect_all, collect_positions
     from pe_bench.sweep import BUSY, LEFT, inspect
 
@@ -259,7 +258,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
         summary.add_row(p.run.path.name, status, f"{meta.get('train_tokens_per_s', '')}",
                         f"{meta.get('wall_seconds', '')}", escape(str(meta.get("error") or p.detail * (p.state in LEFT))))
     console.print(summary)
-    runs = [p.run for p in points if is_done(p.run) or p.meta.get("status") == "diverged"]
+    runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
     col = collect_all(runs) if runs else None
     if col is not None and not col.df.empty:
         pos = collect_positions(runs)

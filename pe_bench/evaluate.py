@@ -186,11 +186,10 @@ def eval_positions(cfg: Config, length: int, device: torch.device) -> torch.Tens
 def _row(common: dict, mode: str, stride: int, S: int | str, budget: int, s: Score) -> dict:
     """One evaluation row. A non-finite loss (overflow, a broken model) is status ``nonfinite``, never ``ok``."""
     row = {**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "tokens_scored": s.tokens}
-    if not math.isfinite(s.loss):
+    if not math.isfinite(s.loss) or s.loss >= 700:  # exp overflows float64 past ~709
         return {**row, "loss": "nan", "ppl": "nan", "bpb": "nan", "status": "nonfinite",
                 "note": "non-finite loss: the model overflowed or its weights are not finite"}
-    ppl = math.exp(s.loss) if s.loss < 700 else float("inf")
-    return {**row, "loss": round(s.loss, 6), "ppl": round(ppl, 4), "bpb": round(s.bpb, 5),
+    return {**row, "loss": round(s.loss, 6), "ppl": round(math.exp(s.loss), 4), "bpb": round(s.bpb, 5),
             "status": "ok", "note": ""}
 
 

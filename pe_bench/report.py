@@ -86,8 +86,7 @@ def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
     base = {"scheme": build_scheme(cfg).label(),
             "base_scheme": cfg.scheme["name"], "model": cfg.model.name, "data": cfg.data.name, "split": ecfg.split,
             "L_train": L, "seed": cfg.seed, "loss": "nan", "ppl": "nan", "bpb": "nan", "tokens_scored": 0,
-            "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}",
-            "step": meta.get("diverged_step")}
+            "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}", "step": ""}
     rows = []
     for n in eval_lengths(ecfg, L):
         rows.append({**base, "L_eval": n, "ratio": round(n / L, 4), "mode": "nonoverlapping", "stride": n,
@@ -246,7 +245,9 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
                 kinds.add(kind)
             stats[(name, int(L), n)] = (mean, c)
         base, last = means.get(int(L), float("nan")), means[lengths[-1]]
-        cells["longest/L"] = "n/a" if pd.isna(base) or pd.isna(last) else round(float(last / base), 3)
+        broken = [cells[k] for k in (str(L), str(lengths[-1])) if cells.get(k) in ("diverged", "nan")]
+        cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last)
+                              else round(float(last / base), 3))
         cells["seeds"] = int(r["seed"].nunique())
         cells["interval"] = " / ".join(sorted(kinds)) or "—"
         rows.append(cells)

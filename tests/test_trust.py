@@ -1,0 +1,291 @@
+"""No silent wrong number: each way a table could show a number that looks right but is not, and what happens now.
+
+One test per case found in review (issue 9): mixed configurations averaged as seeds, a diverged run recorded as a
+success, an unfinished run evaluated as finished, a checkpoint evaluated as another run, rows replaced by a re-run,
+a finished run rewritten by eval settings, bad eval.csv files used in part; and the faults (disk full, two
+processes, a signal during eval, stale temporary files, a corrupt run directory in a sweep)."""
+
+import errno
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pe_bench.cli import app
+from pe_bench.distributed import clear_stop, request_stop
+from pe_bench.runs import Run
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def runs_of(results, prefix=""):
+    return sorted(p for p in (results / "runs").iterdir() if p.name.startswith(prefix))
+
+
+@pytest.fixture
+def stop_flag():
+    """A stop request (what SIGTERM/SIGUSR1 set) for the next command; cleared afterwards."""
+    request_stop()
+    yield
+    clear_stop()
+
+
+# 1 ------------------------------------------------------------------------------------------------------------------
+def test_a_row_is_one_configuration_never_a_mean_across_configurations(smoke_args, tmp_path):
+    r = invoke("sweep", "scheme=nope", "seed=0", *smoke_args[:-1], "model.n_layers=1,2", f"results_dir={tmp_path / 'res'}",
+               "--no-progress")
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "res" / "default" / "comparison.csv")
+    rows = table[table["mode"] == "nonoverlapping"]
+    assert sorted(rows["scheme"]) == ["nope · model.n_layers=1", "nope · model.n_layers=2"]
+    assert (rows["seeds"] == 1).all()
+    # a second tokenizer-free axis in another folder: one report over both keeps every configuration apart
+    r = invoke("sweep", "scheme=nope", "seed=0", "model.d_model=32", "train=smoke", "eval=smoke", "model.n_layers=1",
+               f"results_dir={tmp_path / 'other'}", "--no-progress")
+    assert r.exit_code == 0, r.output
+    r = invoke("report", tmp_path / "res", tmp_path / "other", "--out", tmp_path / "rep", "--no-plots")
+    assert r.exit_code == 0, r.output
+    t = pd.read_csv(tmp_path / "rep" / "comparison.csv")
+    t = t[t["mode"] == "nonoverlapping"]
+    assert len(t) == 3 and (t["seeds"] == 1).all()
+    assert {"nope · model.d_model=32 · model.n_layers=1", "nope · model.d_model=64 · model.n_layers=2"} <= set(
+        t["scheme"])
+
+
+# 2 ------------------------------------------------------------------------------------------------------------------
+def test_a_diverged_run_is_diverged_everywhere(smoke_args, tmp_path):
+    smoke_args = ["train=smoke", "eval=smoke", smoke_args[-1]]  # the tiny model: lr=10 overflows its gradients
+    r = invoke("train", "scheme=alibi", "train.lr=10", "train.warmup_steps=1", *smoke_args, "--no-progress")
+    assert r.exit_code == 1 and "training diverged at step" in r.output and "lower train.lr" in r.output
+    run = runs_of(tmp_path / "results")[0]
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "diverged" and meta["diverged_step"] >= 1 and meta["diverged_value"] in ("nan", "inf")
+    assert not (run / "eval.csv").exists()
+    if (run / "checkpoint.pt").exists():  # the last checkpoint predates the first non-finite step
+        import torch
+
+        ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+        assert ckpt["step"] < meta["diverged_step"]
+        assert all(torch.isfinite(v).all() for v in ckpt["model"].values() if v.is_floating_point())
+    r = invoke("report", tmp_path / "results", "--out", tmp_path / "rep", "--no-plots")
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "comparison.md").read_text()
+    assert "| alibi | 32 | diverged | diverged | diverged | diverged | diverged | 1 | — |" in md
+    # the sweep counts it as a failure and does not train it again
+    r = invoke("sweep", "scheme=alibi", "seed=0", "train.lr=10", "train.warmup_steps=1", *smoke_args,
+               "--no-progress")
+    assert r.exit_code == 1 and "diverged before (not retried)" in r.output and "1 failed" in r.output
+
+
+def test_a_nonfinite_evaluation_is_nan_not_ok():
+    from pe_bench.evaluate import Score, _row
+
+    row = _row({"scheme": "x"}, "nonoverlapping", 64, "", 1024, Score(nll=float("nan"), tokens=10, bytes=10))
+    assert row["status"] == "nonfinite" and row["ppl"] == "nan"
+    from pe_bench.report import comparison
+
+    df = pd.DataFrame([{"scheme": "x", "L_train": 64, "L_eval": 64, "mode": "nonoverlapping", "split": "validation",
+                        "stride": 64, "ppl": float("nan"), "seed": s, "status": st, "tokens_scored": 10}
+                       for s, st in ((0, "ok"), (1, "nonfinite"))])
+    df.loc[0, "ppl"] = 5.0
+    assert comparison(df, "nonoverlapping").loc[("x", 64), "64"] == "nan"  # never the mean of the finite seed
+
+
+# 3 ------------------------------------------------------------------------------------------------------------------
+def test_an_unfinished_run_is_refused_unless_partial_and_then_labelled(smoke_args, tmp_path):
+    request_stop()  # what SIGTERM sets: training stops after its first step with a checkpoint
+    try:
+        r = invoke("train", "scheme=nope", *smoke_args, "--no-progress")
+    finally:
+        clear_stop()
+    assert r.exit_code == 3, r.output
+    run = runs_of(tmp_path / "results")[0]
+    r = invoke("eval", run)
+    assert r.exit_code == 2 and "is not finished (status interrupted, checkpoint at step 1 of 20)" in r.output
+    assert not (run / "eval.csv").exists()
+    r = invoke("eval", run, "--partial", "eval.variants=false")
+    assert r.exit_code == 0, r.output
+    ev = pd.read_csv(run / "eval.csv")
+    assert (ev["step"] == 1).all()
+    r = invoke("report", tmp_path / "results", "--out", tmp_path / "rep", "--no-plots")
+    assert r.exit_code == 0, r.output
+    assert set(pd.read_csv(tmp_path / "rep" / "comparison.csv")["scheme"]) == {"nope · step 1/20"}
+    with Run(run).lock():  # another process training it: eval touches nothing
+        r = invoke("eval", run, "--partial")
+    assert r.exit_code == 4 and "another process" in r.output
+
+
+# 4 ------------------------------------------------------------------------------------------------------------------
+def test_a_run_is_never_evaluated_as_something_it_is_not(smoke_args, tmp_path):
+    for scheme in ("alibi", "rope"):
+        assert invoke("train", f"scheme={scheme}", "eval.variants=false", *smoke_args, "--no-progress").exit_code == 0
+    alibi, rope = runs_of(tmp_path / "results", "alibi")[0], runs_of(tmp_path / "results", "rope")[0]
+    before = (rope / "eval.csv").read_bytes()
+    r = invoke("eval", rope, "scheme=alibi")
+    assert r.exit_code == 2 and "this run was trained with rope" in r.output and "scheme.scaling.*" in r.output
+    r = invoke("eval", rope, "scheme.base=500")
+    assert r.exit_code == 2 and "scheme.base is fixed at training for rope" in r.output
+    r = invoke("eval", alibi, "scheme.learned_slopes=true")
+    assert r.exit_code == 2 and "eval-time options of alibi: none" in r.output
+    shutil.copy(alibi / "checkpoint.pt", rope / "checkpoint.pt")
+    r = invoke("eval", rope)
+    assert r.exit_code == 2 and "belongs to another configuration" in r.output
+    r = invoke("train", "scheme=rope", "eval.variants=false", "eval.max_tokens=1024", *smoke_args, "--no-progress")
+    assert r.exit_code == 2 and "belongs to another configuration" in r.output
+    assert (rope / "eval.csv").read_bytes() == before
+
+
+# 5, 6 ---------------------------------------------------------------------------------------------------------------
+def test_rerunning_a_finished_run_adds_rows_and_never_rewrites_it(smoke_args, tmp_path):
+    assert invoke("train", "scheme=alibi", *smoke_args, "--no-progress").exit_code == 0
+    run = runs_of(tmp_path / "results")[0]
+    config, meta = (run / "config.yaml").read_bytes(), json.loads((run / "meta.json").read_text())
+    ev = pd.read_csv(run / "eval.csv")
+    r = invoke("train", "scheme=alibi", "eval.max_tokens=1024", "eval.stride=8", *smoke_args, "--no-progress")
+    assert r.exit_code == 0, r.output
+    ev2 = pd.read_csv(run / "eval.csv")
+    assert len(ev2) == 2 * len(ev)  # the new settings' rows sit beside the old ones
+    assert ev2.merge(ev).shape[0] == len(ev)  # the old rows are untouched
+    assert set(ev2["budget"]) == {2048, 1024, 512} and set(ev2[ev2["mode"] == "sliding"]["S"]) == {32, 8}
+    meta2 = json.loads((run / "meta.json").read_text())
+    assert (run / "config.yaml").read_bytes() == config
+    assert meta2["status"] == "done" and meta2["wall_seconds"] == meta["wall_seconds"]
+    again = invoke("train", "scheme=alibi", "eval.max_tokens=1024", "eval.stride=8", *smoke_args, "--no-progress")
+    assert again.exit_code == 0 and pd.read_csv(run / "eval.csv").equals(ev2)  # nothing missing: nothing done
+    r = invoke("train", "scheme=alibi", "eval.stride=-1", *smoke_args, "--no-progress")
+    assert r.exit_code == 2 and "eval.stride" in r.output
+    assert json.loads((run / "meta.json").read_text())["status"] == "done"
+    # two tables: one per evaluation setting, never a mean across them
+    r = invoke("report", run, "--out", tmp_path / "rep", "--no-plots", "--mode", "nonoverlapping")
+    t = pd.read_csv(tmp_path / "rep" / "comparison.csv")
+    assert r.exit_code == 0 and sorted(t["scheme"]) == ["alibi · tokens=1024", "alibi · tokens=2048"]
+
+
+# 8 ------------------------------------------------------------------------------------------------------------------
+def test_report_leaves_out_bad_eval_files_by_name_and_goes_on(smoke_args, tmp_path):
+    r = invoke("sweep", "scheme=nope,alibi,rope,t5", "seed=0", "eval.variants=false", *smoke_args, "--no-progress")
+    assert r.exit_code == 0, r.output
+    nope, alibi, rope, t5 = (runs_of(tmp_path / "results", s)[0] for s in ("nope", "alibi", "rope", "t5"))
+    text = (alibi / "eval.csv").read_text()
+    (alibi / "eval.csv").write_text(text[: len(text) // 2])  # truncated mid-row
+    (rope / "eval.csv").write_text(text.splitlines()[0] + "\n")  # header only
+    (t5 / "eval.csv").write_bytes(b"\x00\x01PK\x03\x04" * 50)  # binary
+    lines = text.splitlines(keepends=True)
+    (nope / "meta.json").write_text((nope / "meta.json").read_text())  # untouched: stays in
+    r = invoke("report", tmp_path / "results", "--out", tmp_path / "rep", "--no-plots")
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "3 run directories left out" in out
+    assert f"{alibi / 'eval.csv'} does not match the checksum" in out
+    assert f"{rope / 'eval.csv'} does not match the checksum" in out or "header and no rows" in out
+    assert f"{t5 / 'eval.csv'} is binary" in out or f"{t5 / 'eval.csv'} is unreadable" in out
+    assert set(pd.read_csv(tmp_path / "rep" / "comparison.csv")["scheme"]) == {"nope"}
+    # without a checksum to compare (a file from elsewhere), the file itself is checked
+    meta = json.loads((alibi / "meta.json").read_text())
+    meta.pop("eval_csv_sha256")
+    (alibi / "meta.json").write_text(json.dumps(meta))
+    (alibi / "eval.csv").write_text("".join(lines[:-1]) + lines[-1][:20])
+    r = invoke("report", alibi, "--out", tmp_path / "rep2", "--no-plots")
+    assert r.exit_code == 2 and "has the wrong number of fields" in " ".join(r.output.split())
+
+
+# Faults -------------------------------------------------------------------------------------------------------------
+def test_disk_full_while_checkpointing_fails_the_run_and_leaves_no_temporary_file(smoke_args, tmp_path, monkeypatch):
+    import pe_bench.runs as runs_mod
+
+    def full(obj, path):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runs_mod.torch, "save", full)
+    r = invoke("train", "scheme=nope", *smoke_args, "--no-progress")
+    assert r.exit_code == 1 and "No space left on device" in r.output
+    run = runs_of(tmp_path / "results")[0]
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "failed" and "No space left on device" in meta["error"]
+    assert not list(run.glob(".*.tmp")) and not (run / "checkpoint.pt").exists()
+
+
+def test_the_loser_of_two_trains_touches_nothing_and_stale_temporaries_are_cleaned(smoke_args, tmp_path):
+    assert invoke("train", "scheme=nope", *smoke_args, "--no-progress").exit_code == 0
+    run = runs_of(tmp_path / "results")[0]
+    snapshot = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    (run / "config.yaml").write_text((run / "config.yaml").read_text())  # the same bytes, a new mtime
+    with Run(run).lock():
+        r = invoke("train", "scheme=nope", "eval.max_tokens=1024", *smoke_args, "--no-progress")
+    assert r.exit_code == 4
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == snapshot
+    stale = run / ".checkpoint.pt.99999.tmp"
+    stale.write_bytes(b"left by a killed process")
+    assert invoke("eval", run, "eval.lengths=[32]", "eval.variants=false").exit_code == 0
+    assert not stale.exists()
+
+
+def test_a_signal_during_eval_stops_it_like_train(smoke_args, tmp_path, stop_flag):
+    clear_stop()
+    assert invoke("train", "scheme=nope", *smoke_args, "--no-progress").exit_code == 0
+    run = runs_of(tmp_path / "results")[0]
+    before = (run / "eval.csv").read_bytes()
+    request_stop()
+    r = invoke("eval", run, "eval.lengths=[16,32]")
+    assert r.exit_code == 3 and "stopped before evaluating at length 16 (on a signal)" in r.output
+    assert (run / "eval.csv").read_bytes() == before
+
+
+def test_a_corrupt_run_directory_is_reported_and_never_blocks_a_sweep(smoke_args, tmp_path):
+    assert invoke("train", "scheme=nope", *smoke_args, "--no-progress").exit_code == 0
+    run = runs_of(tmp_path / "results")[0]
+    (run / "meta.json").write_text('{"status": "do')
+    r = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--dry-run")
+    assert r.exit_code == 0 and "unreadable (left out)" in r.output and "1 to train" in r.output
+    r = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")
+    assert r.exit_code == 1 and "1 trained" in r.output and "1 failed" in r.output
+    assert "corrupt" in r.output and "unreadable" in r.output  # its row in the summary, with the reason
+    r = invoke("eval", run)
+    assert r.exit_code == 2 and "meta.json is unreadable" in " ".join(r.output.split())
+
+
+# Is the gap real? ---------------------------------------------------------------------------------------------------
+def _synthetic(shift: float, seeds=(0,), windows=400, seed=0):
+    """Eval rows plus per-window losses of schemes A and B on the same windows: B = A + shift nats/token + noise."""
+    from pe_bench.report import Collected
+
+    rng = np.random.default_rng(seed)
+    rows, win = [], {}
+    for s in seeds:
+        difficulty = rng.gamma(4.0, 0.5, windows)  # shared by A and B: what pairing cancels
+        tokens = np.full(windows, 64.0)
+        for name, extra in (("A", 0.0), ("B", shift)):
+            nll = (difficulty + extra + rng.normal(0, 0.02, windows)) * tokens
+            run = f"{name}-{s}"
+            rows.append({"run": run, "scheme": name, "label": name, "L_train": 64, "L_eval": 64,
+                         "mode": "nonoverlapping", "split": "validation", "stride": 64, "S": "", "budget": "4096",
+                         "step": 10, "steps": 10, "seed": s, "status": "ok", "tokens_scored": int(tokens.sum()),
+                         "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": name, "group": "g"})
+            win[(run, name, "validation", "64", "nonoverlapping", "64", "", "4096", "10")] = (nll, tokens)
+    return Collected(pd.DataFrame(rows), win)
+
+
+@pytest.mark.parametrize("seeds", [(0,), (0, 1, 2)])
+def test_compare_finds_a_real_gap_and_not_a_null_one(seeds):
+    from pe_bench.report import compare, comparison
+
+    real = compare(_synthetic(0.03, seeds), "A", "B", modes=["nonoverlapping"])
+    assert real["excludes 0"].tolist() == ["yes"] and real["verdict"].tolist() == ["A lower"]
+    assert real["method"].iloc[0].startswith("t, 3 seeds" if len(seeds) > 1 else "paired bootstrap, 400 windows")
+    null = compare(_synthetic(0.0, seeds), "A", "B", modes=["nonoverlapping"])
+    assert null["excludes 0"].tolist() == ["no"] and null["verdict"].tolist() == ["not distinguishable"]
+    t = comparison(_synthetic(0.0, seeds), "nonoverlapping")
+    assert t.attrs["best"] == {("A", 64, 64), ("B", 64, 64)}  # both marked: not distinguishable from the best
+    t = comparison(_synthetic(0.03, seeds), "nonoverlapping")
+    assert t.attrs["best"] == {("A", 64, 64)}
+    interval = t.loc[("A", 64), "interval"]
+    assert interval == ("t, 3 seeds" if len(seeds) > 1 else "bootstrap, windows")
