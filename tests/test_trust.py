@@ -289,3 +289,17 @@ def test_compare_finds_a_real_gap_and_not_a_null_one(seeds):
     assert t.attrs["best"] == {("A", 64, 64)}
     interval = t.loc[("A", 64), "interval"]
     assert interval == ("t, 3 seeds" if len(seeds) > 1 else "bootstrap, windows")
+
+
+# 7 ------------------------------------------------------------------------------------------------------------------
+def test_a_run_is_never_resumed_or_evaluated_on_other_data_than_it_was_trained_on(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of the first corpus, with some words in it\n" for i in range(3000)))
+    args = ["scheme=nope", "data=local", f"data.path={corpus}", "train=smoke", "eval=smoke", "model.n_layers=1",
+            "model.d_model=32", f"results_dir={tmp_path / 'res'}"]
+    assert invoke("train", *args, "--no-progress").exit_code == 0
+    run = runs_of(tmp_path / "res")[0]
+    corpus.write_text(corpus.read_text().replace("first", "other"))  # same size, new contents
+    r = invoke("eval", run, "eval.max_tokens=1024")
+    assert r.exit_code == 2 and "was trained on other data" in " ".join(r.output.split())
+    assert json.loads((run / "meta.json").read_text())["data_fingerprint"]
