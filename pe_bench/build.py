@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from pe_bench.config import Config, SchemeSpec, scheme_spec
+from pe_bench.config import Config, SchemeSpec, model_shape, scheme_spec
 from pe_bench.model import Decoder, ModelArgs
-from pe_bench.schemes import ModelShape, Scheme
-
-
-def model_shape(cfg: Config) -> ModelShape:
-    m = cfg.model
-    return ModelShape(d_model=m.d_model, n_heads=m.n_heads, head_dim=m.d_model // m.n_heads,
-                      train_seq_len=cfg.train.seq_len, n_layers=m.n_layers,
-                      max_train_position=cfg.train.random_positions or None)
+from pe_bench.schemes import Scheme
 
 
 def build_scheme(cfg: Config, spec: SchemeSpec | None = None) -> Scheme:

@@ -7,6 +7,8 @@ value of the wrong type, an unknown scheme or preset) becomes one :class:`Config
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes
+from pe_bench.ranges import fmt, range_problem, ranged
 
 GROUPS = ("scheme", "model", "data", "train", "eval")
 
@@ -38,11 +41,11 @@ def config_dir() -> Path:
 @dataclass
 class ModelConfig:
     name: str = "tiny"
-    n_layers: int = 4
-    d_model: int = 128
-    n_heads: int = 4
-    mlp_ratio: float = 4.0
-    dropout: float = 0.0
+    n_layers: int = ranged(4, ge=1)
+    d_model: int = ranged(128, ge=1)
+    n_heads: int = ranged(4, ge=1)
+    mlp_ratio: float = ranged(4.0, gt=0)  # MLP width = int(mlp_ratio · d_model), at least 1
+    dropout: float = ranged(0.0, ge=0, lt=1)
 
 
 @dataclass
@@ -57,63 +60,74 @@ class SplitFiles:
 
 @dataclass
 class DataConfig:
+    """Which keys each source reads (any other key set away from its default is refused, see ``DATA_READS``):
+    embedded — doc_separator, tokenizer (+ vocab_size for bpe); hub — path, hub_config, splits, text_field,
+    doc_separator, max_train_docs, tokenizer; local — path *or* files, format, text_field, doc_separator, tokenizer,
+    and valid_fraction/test_fraction with a single path, max_train_docs with data.files."""
+
     name: str = "shakespeare"
     source: str = "embedded"  # embedded | hub | local
     path: str | None = None  # hub: dataset id; local: a file, or a directory/glob of files (one document each)
     hub_config: str | None = None  # hub: the dataset's config name, e.g. wikitext-103-raw-v1
     format: str = "text"  # local: the datasets builder — text | json | parquet
-    text_field: str = "text"
-    splits: dict[str, str] = field(
+    text_field: str = "text"  # hub, local: the column holding the text
+    splits: dict[str, str] = field(  # hub: the dataset's split name for each of train/validation/test
         default_factory=lambda: {"train": "train", "validation": "validation", "test": "test"}
     )
     files: SplitFiles = field(default_factory=lambda: SplitFiles())  # local: one file per split
-    valid_fraction: float = 0.05  # local single source: last fractions become validation/test (contiguous)
-    test_fraction: float = 0.05
+    # local single source: last fractions become validation/test (contiguous)
+    valid_fraction: float = ranged(0.05, gt=0, lt=0.5)
+    test_fraction: float = ranged(0.05, gt=0, lt=0.5)
     doc_separator: str = "\n\n"  # joins documents (use "" for line-per-row corpora like WikiText)
-    max_train_docs: int | None = None  # cap for huge corpora (PG-19)
+    max_train_docs: int | None = ranged(None, ge=1)  # cap for huge corpora (PG-19): hub, local data.files
     tokenizer: str = "byte"  # byte (vocab 256) | bpe (trained locally on the train split)
-    vocab_size: int = 4096  # bpe only
+    vocab_size: int = ranged(4096, ge=257, hint="256 would be the byte alphabet alone; use data.tokenizer=byte")  # bpe
 
 
 @dataclass
 class TrainConfig:
     name: str = "quick"
-    seq_len: int = 64
-    batch_size: int = 32
-    grad_accum: int = 1
-    steps: int = 1000
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 50
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    log_interval: int = 10
-    val_interval: int = 250
-    val_batches: int = 8
-    ckpt_interval: int = 0  # 0: checkpoint only at the end
+    seq_len: int = ranged(64, ge=1)
+    batch_size: int = ranged(32, ge=1)
+    grad_accum: int = ranged(1, ge=1)
+    steps: int = ranged(1000, ge=1)
+    lr: float = ranged(2e-3, gt=0)
+    min_lr_ratio: float = ranged(0.1, ge=0, le=1)
+    warmup_steps: int = ranged(50, ge=0)
+    weight_decay: float = ranged(0.1, ge=0)
+    beta1: float = ranged(0.9, ge=0, lt=1)
+    beta2: float = ranged(0.95, ge=0, lt=1)
+    grad_clip: float = ranged(1.0, ge=0, hint="0 turns clipping off")
+    log_interval: int = ranged(10, ge=1)
+    val_interval: int = ranged(250, ge=1)
+    val_batches: int = ranged(8, ge=1)
+    ckpt_interval: int = ranged(0, ge=0, hint="0 checkpoints only at the end")  # 0: checkpoint only at the end
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
     compile: str = "auto"  # auto (on for cuda) | on | off
-    threads: int | None = None  # CPU threads; None = torch default
+    threads: int | None = ranged(None, ge=1, hint="null = torch's default")  # CPU threads; None = torch default
     # Randomized positions (Ruoss et al. 2023): each batch uses a sorted random subset of [0, random_positions)
     # instead of 0..seq_len-1, in training and in evaluation. 0 = off.
-    random_positions: int = 0
+    random_positions: int = ranged(0, ge=0, hint="0 turns randomized positions off")
 
 
 @dataclass
 class EvalConfig:
     name: str = "default"
-    split: str = "validation"
-    ratios: list[float] = field(default_factory=lambda: [1, 2, 4, 8])  # eval lengths as multiples of L...
-    lengths: list[int] | None = None  # ...unless given explicitly
+    split: str = "validation"  # train | validation | test
+    # eval lengths as multiples of L (each round(ratio·L) >= 1)...
+    ratios: list[float] = ranged(default_factory=lambda: [1, 2, 4, 8], gt=0, nonempty=True,
+                                 hint="e.g. eval.ratios=[1,2,4,8]")
+    # ...unless given explicitly (null = use ratios)
+    lengths: list[int] | None = ranged(None, ge=1, nonempty=True,
+                                       hint="e.g. eval.lengths=[64,128] (null: eval.ratios × L)")
     modes: list[str] = field(default_factory=lambda: ["nonoverlapping", "sliding", "per_position"])
-    stride: int | None = None  # sliding-window stride S; None = the training length L
-    max_tokens: int = 65536  # tokens scored per length (nonoverlapping, per_position)
-    sliding_max_tokens: int = 16384  # tokens scored per length in sliding mode (costs length/S forwards per S)
-    tokens_per_batch: int = 16384  # windows are batched up to this many tokens per forward
-    position_buckets: int = 16
+    stride: int | None = ranged(None, ge=1, hint="null = the training length L")  # sliding-window stride S
+    max_tokens: int = ranged(65536, ge=1)  # tokens scored per length (nonoverlapping, per_position)
+    # tokens scored per length in sliding mode (costs length/S forwards per S)
+    sliding_max_tokens: int = ranged(16384, ge=1)
+    tokens_per_batch: int = ranged(16384, ge=1)  # windows are batched up to this many tokens per forward
+    position_buckets: int = ranged(16, ge=1)
     variants: bool = True  # also evaluate the scheme's eval_variants (e.g. learned with clamp/extend)
 
 
@@ -124,7 +138,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
+    seed: int = ranged(0, ge=0, le=2**63 - 1)
     results_dir: str = "results"
     cache_dir: str = "~/.cache/pe-bench"
 
@@ -135,8 +149,22 @@ CHOICES = {
     "data.format": ("text", "json", "parquet", "csv", "arrow"),
     "train.precision": ("auto", "fp32", "bf16"),
     "train.compile": ("auto", "on", "off"),
+    "eval.split": ("train", "validation", "test"),
 }
 EVAL_MODES = ("nonoverlapping", "sliding", "per_position")
+
+# The data keys each source reads (pe_bench/data.py); name, source and tokenizer are always read, vocab_size with
+# tokenizer=bpe only. A key outside this set that differs from its default is refused: it would be a silent no-op.
+DATA_READS = {
+    "embedded": {"doc_separator"},
+    "hub": {"path", "hub_config", "splits", "text_field", "doc_separator", "max_train_docs"},
+    "local": {"path", "files", "format", "text_field", "doc_separator", "valid_fraction", "test_fraction",
+              "max_train_docs"},
+}
+# data=local reads either one data.path (split by valid_fraction/test_fraction into one document per split) or
+# data.files (one file, or glob, per split; max_train_docs caps the train documents).
+LOCAL_SINGLE_UNREAD = {"files", "max_train_docs"}
+LOCAL_FILES_UNREAD = {"path", "valid_fraction", "test_fraction"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -157,24 +185,76 @@ def scheme_spec(scheme_cfg: dict[str, Any]) -> SchemeSpec:
         raise ConfigError(f"unknown scheme {name!r}; choose one of: {', '.join(schemes.available())} "
                           "(`pe-bench schemes` describes them)")
     cls = schemes.get(name)
-    return SchemeSpec(cls, _typed(cls.Options, cfg, "scheme"), [dict(v) for v in variants])
+    _check_part_maps(cls, cfg, "scheme")
+    options = _typed(cls.Options, cfg, "scheme")
+    _check_parts(cls, options, "scheme")
+    if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
+        raise ConfigError(f"scheme.eval_variants={variants} must be a list of option maps, e.g. "
+                          "[{beyond_table: clamp}] (null or [] for none)")
+    return SchemeSpec(cls, options, [dict(v) for v in variants])
 
 
-def with_options(spec: SchemeSpec, overrides: dict[str, Any]) -> SchemeSpec:
+def with_options(spec: SchemeSpec, overrides: dict[str, Any], prefix: str = "scheme") -> SchemeSpec:
+    """The spec with some options replaced (an eval variant); ``prefix`` names them in error messages."""
     base = dataclasses.asdict(spec.options)
     base.update(overrides)
-    return SchemeSpec(spec.cls, _typed(spec.cls.Options, base, "scheme"), [])
+    _check_part_maps(spec.cls, base, prefix)
+    options = _typed(spec.cls.Options, base, prefix)
+    _check_parts(spec.cls, options, prefix)
+    return SchemeSpec(spec.cls, options, [])
+
+
+def _check_part_maps(cls: type, values: dict[str, Any], prefix: str) -> None:
+    from pe_bench.schemes.hybrid import Composite
+
+    parts = values.get("parts")
+    if issubclass(cls, Composite) and isinstance(parts, list):
+        for i, part in enumerate(parts):
+            if not isinstance(part, dict):
+                raise ConfigError(f"{prefix}.parts[{i}]={fmt(part)} must be a map of a scheme and its options, "
+                                  f"e.g. {{name: {part if isinstance(part, str) and part in schemes.REGISTRY else 'alibi'}}}")
+
+
+def _check_parts(cls: type, options: Any, prefix: str) -> None:
+    """A composite's parts are dicts ({name: ..., <option>: ...}): each goes through its scheme's typed schema."""
+    from pe_bench.schemes.hybrid import Composite
+
+    if not issubclass(cls, Composite):
+        return
+    for i, part in enumerate(options.parts):
+        values = {k: v for k, v in part.items() if k != "name"}
+        _typed(schemes.get(part["name"]).Options, values, f"{prefix}.parts[{i}]")
 
 
 def _typed(schema: type, values: Any, prefix: str) -> Any:
-    """Merge plain values into a dataclass schema; unknown keys and bad types become ConfigError."""
+    """Merge plain values into a dataclass schema; unknown keys, bad types and values out of their declared range
+    become ConfigError."""
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), values)
+        merged = OmegaConf.merge(_structured(schema), values)
+        problem = range_problem(schema, OmegaConf.to_container(merged, resolve=True), prefix)
+        if problem:
+            raise ConfigError(problem)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         raise ConfigError(_omegaconf_message(e, prefix, schema)) from None
+    except ConfigError:
+        raise
     except (ValueError, TypeError) as e:  # __post_init__ checks
-        raise ConfigError(str(e).splitlines()[0]) from None
+        raise ConfigError(_reprefix(str(e).splitlines()[0], prefix)) from None
+
+
+@functools.lru_cache(maxsize=None)
+def _structured(schema: type) -> DictConfig:
+    """The schema's empty structured config, built once (OmegaConf.merge copies it, never changes it)."""
+    return OmegaConf.structured(schema)
+
+
+def _reprefix(message: str, prefix: str) -> str:
+    """Scheme code names its options ``scheme.KEY``; for a composite's part or an eval variant they are
+    ``scheme.parts[i].KEY`` / ``scheme.eval_variants[i].KEY``."""
+    if prefix in ("", "scheme"):
+        return message
+    return re.sub(r"\bscheme\.", f"{prefix}.", message)
 
 
 def _omegaconf_message(e: OmegaConfBaseException, prefix: str, schema: type) -> str:
@@ -207,9 +287,14 @@ def _keys_hint(full_key: str, schema: type = Config) -> str:
 
 
 def validate(raw: DictConfig | dict[str, Any]) -> Config:
-    """Raw (untyped) config → typed Config, with every value checked."""
+    """Raw (untyped) config → typed Config, with every value checked: keys and types (the schema), the declared
+    range of every number (``ranged``), choices, the relations between fields, the data keys the chosen source
+    reads, and the scheme (with each eval variant and composite part) built once for the model's shape."""
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(Config), raw)
+        merged = OmegaConf.merge(_structured(Config), raw)
+        problem = range_problem(Config, OmegaConf.to_container(merged, resolve=True))
+        if problem:
+            raise ConfigError(problem)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(_omegaconf_message(e, "", Config)) from None
@@ -221,20 +306,125 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
     bad_modes = [m for m in cfg.eval.modes if m not in EVAL_MODES]
     if bad_modes:
         raise ConfigError(f"eval.modes has {bad_modes}; allowed: {', '.join(EVAL_MODES)}")
-    for name, value in [("train.seq_len", cfg.train.seq_len), ("train.steps", cfg.train.steps),
-                        ("train.batch_size", cfg.train.batch_size), ("train.grad_accum", cfg.train.grad_accum),
-                        ("model.n_layers", cfg.model.n_layers), ("model.n_heads", cfg.model.n_heads)]:
-        if value < 1:
-            raise ConfigError(f"{name} must be >= 1, got {value}")
-    if cfg.train.random_positions and cfg.train.random_positions < cfg.train.seq_len:
-        raise ConfigError(f"train.random_positions={cfg.train.random_positions} must be 0 (off) or at least "
-                          f"train.seq_len={cfg.train.seq_len}; Ruoss et al. use 2048 for L=40")
-    if cfg.model.d_model % cfg.model.n_heads:
-        raise ConfigError(f"model.d_model={cfg.model.d_model} must be divisible by model.n_heads={cfg.model.n_heads}")
-    if cfg.data.source != "embedded" and not (cfg.data.path or cfg.data.files.given()):
-        raise ConfigError(f"data.source={cfg.data.source} needs data.path=... (or data.files for local splits)")
-    scheme_spec(cfg.scheme)
+    if not cfg.eval.modes:
+        raise ConfigError(f"eval.modes=[] is empty: list at least one of {', '.join(EVAL_MODES)}")
+    _check_relations(cfg)
+    _check_data_reads(cfg.data)
+    check_scheme(cfg)
     return cfg
+
+
+def _check_relations(cfg: Config) -> None:
+    """Checks that involve more than one field (each field's own range is declared on it)."""
+    m, t = cfg.model, cfg.train
+    if t.random_positions and t.random_positions < t.seq_len:
+        raise ConfigError(f"train.random_positions={t.random_positions} must be 0 (off) or at least "
+                          f"train.seq_len={t.seq_len}; Ruoss et al. use 2048 for L=40")
+    if m.d_model % m.n_heads:
+        raise ConfigError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
+    if int(m.mlp_ratio * m.d_model) < 1:
+        raise ConfigError(f"model.mlp_ratio={fmt(m.mlp_ratio)} gives an MLP of int({fmt(m.mlp_ratio)} × "
+                          f"model.d_model={m.d_model}) = 0 units; raise model.mlp_ratio")
+    if not cfg.eval.lengths:
+        short = [r for r in cfg.eval.ratios if round(r * t.seq_len) < 1]
+        if short:
+            raise ConfigError(f"eval.ratios has {fmt(short[0])}, an eval length of round({fmt(short[0])} × "
+                              f"train.seq_len={t.seq_len}) = 0 tokens; use ratios >= {fmt(0.5 / t.seq_len)} "
+                              "or eval.lengths=[...]")
+
+
+def _check_data_reads(d: DataConfig) -> None:
+    """Every data key that is set must be read by the chosen source and tokenizer (see DATA_READS)."""
+    if d.source != "embedded" and not (d.path or d.files.given()):
+        raise ConfigError(f"data.source={d.source} needs data.path=... (or data.files for local splits)")
+    unknown_splits = sorted(set(d.splits) - {"train", "validation", "test"})
+    if unknown_splits:
+        raise ConfigError(f"unknown config key 'data.splits.{unknown_splits[0]}'; valid keys in data.splits: "
+                          "train, validation, test")
+    reader = f"data.source={d.source} (data={d.name})"
+    unread = {f.name for f in dataclasses.fields(DataConfig)} - {"name", "source", "tokenizer", "vocab_size"}
+    unread -= DATA_READS[d.source]
+    if d.source == "local":
+        if d.files.given():
+            unread |= LOCAL_FILES_UNREAD
+            reader = f"data.source=local with data.files.* (data={d.name})"
+        else:
+            unread |= LOCAL_SINGLE_UNREAD
+    default = DataConfig()
+    for key in sorted(unread, key=[f.name for f in dataclasses.fields(DataConfig)].index):
+        value = getattr(d, key)
+        if value == getattr(default, key):
+            continue
+        if key == "files":
+            split, value = next(iter(d.files.given().items()))
+            key = f"files.{split}"
+        raise ConfigError(f"data.{key}={fmt(value)} is not read by {reader}; {_data_fix(d, key)}")
+    if d.tokenizer != "bpe" and d.vocab_size != default.vocab_size:
+        raise ConfigError(f"data.vocab_size={d.vocab_size} is not read by data.tokenizer={d.tokenizer} (a fixed "
+                          "256-byte vocabulary); add data.tokenizer=bpe to train a BPE vocabulary of that size")
+
+
+def _data_fix(d: DataConfig, key: str) -> str:
+    field_name = key.split(".")[0]
+    if d.source == "local" and d.files.given() and field_name in LOCAL_FILES_UNREAD:
+        if field_name == "path":
+            return "give either data.path (one file, split by fractions) or data.files.* (one per split), not both"
+        return "the fractions split a single data.path; data.files.* already gives every split"
+    if d.source == "local" and field_name in LOCAL_SINGLE_UNREAD:
+        return ("a single data.path becomes one document per split, so there is nothing to cap; it applies to hub "
+                "corpora and to data.files.* globs")
+    if field_name in DATA_READS["local"]:
+        return f"use data=local data.{key}=..."
+    if field_name in DATA_READS["hub"]:
+        hub = [p for p in preset_names("data") if _preset_source(p) == "hub"]
+        return f"use a hub preset ({', '.join(f'data={p}' for p in hub)}) or data.source=hub data.path=<dataset id>"
+    return "remove it"
+
+
+def _preset_source(name: str) -> str:
+    return str(OmegaConf.load(config_dir() / "data" / f"{name}.yaml").get("source", "embedded"))
+
+
+def model_shape(cfg: Config) -> schemes.ModelShape:
+    """What the scheme sees of the model (pe_bench.build uses the same)."""
+    m = cfg.model
+    return schemes.ModelShape(d_model=m.d_model, n_heads=m.n_heads, head_dim=m.d_model // m.n_heads,
+                              train_seq_len=cfg.train.seq_len, n_layers=m.n_layers,
+                              max_train_position=cfg.train.random_positions or None)
+
+
+def check_scheme(cfg: Config) -> None:
+    """Type the scheme's options (and each eval variant's, and each composite part's) and build each once for the
+    model's shape, so that checks needing the shape (alibi heads <= model.n_heads, rotary schemes' even head
+    dimension, ...) fail here and not after the run directory exists."""
+    spec = scheme_spec(cfg.scheme)
+    shape = model_shape(cfg)
+    _build(spec, shape, "scheme")
+    for i, variant in enumerate(spec.eval_variants):
+        prefix = f"scheme.eval_variants[{i}]"
+        variant_spec = with_options(spec, variant, prefix)  # typed and range-checked even when not evaluated
+        if cfg.eval.variants:
+            _build(variant_spec, shape, prefix)
+
+
+BUILD_ON_META_ABOVE = 2**24  # elements: a scheme this large is built on the meta device (no memory)
+
+
+def _build(spec: SchemeSpec, shape: schemes.ModelShape, prefix: str) -> None:
+    """Build the scheme and drop it: on the CPU, leaving the global RNG as it was (milliseconds for these small
+    modules); on the meta device when its tables could be large (the meta device costs a second to warm up)."""
+    import torch
+
+    largest = shape.d_model * max(shape.position_range, shape.n_layers * shape.d_model)
+    device = torch.device("meta") if largest > BUILD_ON_META_ABOVE else torch.device("cpu")
+    try:
+        with torch.random.fork_rng(devices=[]), device:
+            spec.cls(spec.options, shape)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(_reprefix(str(e).splitlines()[0], prefix)) from None
+    except ArithmeticError as e:
+        raise ConfigError(f"{prefix} ({spec.cls.name}) cannot be built for model.d_model={shape.d_model}, "
+                          f"model.n_heads={shape.n_heads}: {type(e).__name__}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme
 
 
@@ -33,11 +34,8 @@ def alibi_slopes(n_heads: int) -> list[float]:
 @dataclass
 class ALiBiOptions:
     learned_slopes: bool = False  # train the slopes (as log-slopes, so they stay positive)
-    heads: int | None = None  # ALiBi on the first `heads` heads only; None = every head
-
-    def __post_init__(self) -> None:
-        if self.heads is not None and self.heads < 1:
-            raise ValueError(f"scheme.heads must be >= 1 (or null for every head), got {self.heads}")
+    # ALiBi on the first `heads` heads only (at most model.n_heads); None = every head
+    heads: int | None = ranged(None, ge=1, hint="null = every head")
 
 
 class ALiBi(Scheme):
@@ -52,7 +50,8 @@ class ALiBi(Scheme):
         super().__init__(options, shape)
         n = options.heads or shape.n_heads
         if n > shape.n_heads:
-            raise ValueError(f"scheme.heads={n} exceeds model.n_heads={shape.n_heads}")
+            raise ValueError(f"scheme.heads={n} exceeds model.n_heads={shape.n_heads}; use at most "
+                             f"{shape.n_heads}, or null for every head")
         slopes = torch.zeros(shape.n_heads)
         slopes[:n] = torch.tensor(alibi_slopes(n))
         if options.learned_slopes:

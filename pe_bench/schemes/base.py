@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from pe_bench.ranges import range_problem
+
 REGISTRY: dict[str, type[Scheme]] = {}
 
 
@@ -78,6 +80,11 @@ class Scheme(nn.Module):
             REGISTRY[cls.name] = cls
 
     def __init__(self, options: Any, shape: ModelShape) -> None:
+        # The declared ranges of the options (pe_bench.ranges), for schemes built directly in Python; a composed
+        # config has been checked already, with full keys.
+        problem = range_problem(type(options), options, "scheme") if dataclasses.is_dataclass(options) else None
+        if problem:
+            raise ValueError(problem)
         super().__init__()
         self.options = options
         self.shape = shape

@@ -14,16 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme
 
 
 @dataclass
 class ConvOptions:
-    kernel_size: int = 3
-
-    def __post_init__(self) -> None:
-        if self.kernel_size < 2:
-            raise ValueError(f"scheme.kernel_size must be >= 2, got {self.kernel_size}")
+    # K >= 2: a kernel of 1 sees no other position (a per-channel scale, no positional signal)
+    kernel_size: int = ranged(3, ge=2, hint="a kernel of 1 sees no other position")
 
 
 class Conv(Scheme):

@@ -13,16 +13,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme
 
 
 @dataclass
 class CoPEOptions:
-    max_position: int = 16  # p_max: rows of e; contextual positions are clipped to p_max − 1
-
-    def __post_init__(self) -> None:
-        if self.max_position < 2:
-            raise ValueError(f"scheme.max_position must be >= 2, got {self.max_position}")
+    max_position: int = ranged(16, ge=2)  # p_max: rows of e; contextual positions are clipped to p_max − 1
 
 
 class CoPE(Scheme):

@@ -14,19 +14,17 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
 
 
 @dataclass
 class FireOptions:
-    mlp_width: int = 32
-    init_c: float = 0.1
-    init_threshold: float | None = None  # initial L; None = the training length (reference code: 512 = its L)
-    eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.mlp_width < 1 or self.init_c <= 0:
-            raise ValueError("scheme.mlp_width must be >= 1 and scheme.init_c > 0")
+    mlp_width: int = ranged(32, ge=1)
+    init_c: float = ranged(0.1, gt=0)
+    # initial L; None = the training length (reference code: 512 = its L)
+    init_threshold: float | None = ranged(None, gt=0, hint="null = the training length")
+    eps: float = ranged(1e-6, gt=0)
 
 
 class FireLayer(nn.Module):

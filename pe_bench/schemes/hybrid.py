@@ -5,6 +5,7 @@ composes others, each part with its own options)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,10 +62,10 @@ class HybridOptions:
     def __post_init__(self) -> None:
         if not self.parts:
             raise ValueError("scheme.parts is empty; list the schemes to compose, e.g. [{name: sinusoidal}]")
-        for part in self.parts:
+        for i, part in enumerate(self.parts):
             name = part.get("name")
             if name not in REGISTRY or name == "hybrid":
-                raise ValueError(f"scheme.parts: {name!r} is not a scheme to compose; choose from "
+                raise ValueError(f"scheme.parts[{i}].name: {name!r} is not a scheme to compose; choose from "
                                  f"{', '.join(sorted(n for n in REGISTRY if n != 'hybrid'))}")
 
 
@@ -77,14 +78,17 @@ class Hybrid(Composite):
 
     def __init__(self, options: HybridOptions, shape: ModelShape) -> None:
         parts = []
-        for part in options.parts:
+        for i, part in enumerate(options.parts):
             cls = REGISTRY[part["name"]]
             values = {k: v for k, v in part.items() if k != "name"}
             try:
                 part_options = cls.Options(**values)
             except TypeError as e:
-                raise ValueError(f"scheme.parts: bad options for {part['name']}: {e}") from None
-            parts.append(cls(part_options, shape))
+                raise ValueError(f"scheme.parts[{i}]: bad options for {part['name']}: {e}") from None
+            try:
+                parts.append(cls(part_options, shape))
+            except ValueError as e:  # the part's own checks name its options scheme.KEY: say which part
+                raise ValueError(re.sub(r"\bscheme\.", f"scheme.parts[{i}].", str(e))) from None
         super().__init__(options, shape, parts)
 
     def label(self) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import LengthNotSupported, ModelShape, Scheme
 
 POLICIES = ("na", "clamp", "extend")
@@ -23,8 +24,8 @@ POLICIES = ("na", "clamp", "extend")
 @dataclass
 class LearnedOptions:
     beyond_table: str = "na"  # one of POLICIES
-    init_std: float = 0.02
-    extend_seed: int = 1234
+    init_std: float = ranged(0.02, gt=0)
+    extend_seed: int = ranged(1234, ge=0, le=2**63 - 1)
 
     def __post_init__(self) -> None:
         if self.beyond_table not in POLICIES:

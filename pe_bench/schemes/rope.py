@@ -12,6 +12,15 @@ base b, original (training) length L, exactly as Hugging Face ``modeling_rope_ut
   the dimensions where L/λ_k crosses β=32 and α=1 rotations, and attention temperature √(1/t) = 0.1·ln s + 1;
 - ``llama3``  — Llama 3.1: wavelengths λ_k above L/low_freq_factor use θ_k/s, below L/high_freq_factor θ_k, and
   a smooth blend in between.
+
+Each scaling type reads only its own fields (linear, ntk: factor; dynamic: + original_length; yarn: + beta_fast,
+beta_slow, attention_factor; llama3: + low_freq_factor, high_freq_factor); setting another is refused, not ignored.
+
+Head dimension: rotation acts on pairs of dimensions, so the head dimension d_model / n_heads must be even. An odd
+one is an error when the config is composed (naming the fix), not a silently unrotated last dimension that no row
+label would show. Partial rotary (``rotary_fraction`` < 1) rotates the first ⌊fraction · head_dim⌋ dimensions
+rounded down to an even count (GPT-NeoX's rotary_pct) and passes the rest through; the label shows the fraction.
+xPos follows the same rule.
 """
 
 from __future__ import annotations
@@ -22,37 +31,68 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pe_bench.ranges import fmt, ranged
 from pe_bench.schemes.base import ModelShape, Scheme, options_label
 
 LAYOUTS = ("half", "interleaved")
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
+# The RoPEScaling fields each type reads (scaled_inv_freq); the others must keep their defaults.
+SCALING_READS = {
+    "none": (),
+    "linear": ("factor",),
+    "ntk": ("factor",),
+    "dynamic": ("factor", "original_length"),
+    "yarn": ("factor", "original_length", "beta_fast", "beta_slow", "attention_factor"),
+    "llama3": ("factor", "original_length", "low_freq_factor", "high_freq_factor"),
+}
+
+
+def require_even_head_dim(name: str, shape: ModelShape) -> None:
+    """Rotary schemes rotate pairs of dimensions: an odd head dimension is refused (see the module docstring)."""
+    if shape.head_dim % 2:
+        raise ValueError(f"{name} rotates pairs of dimensions, but the head dimension model.d_model/model.n_heads = "
+                         f"{shape.d_model}/{shape.n_heads} = {shape.head_dim} is odd; choose d_model and n_heads "
+                         f"with an even quotient, e.g. model.d_model={shape.d_model + shape.n_heads}")
 
 
 @dataclass
 class RoPEScaling:
     type: str = "none"  # one of SCALINGS
-    factor: float = 1.0  # s
-    original_length: int | None = None  # L the model was trained at; None = the run's training length
-    beta_fast: float = 32.0  # yarn: β, rotations above which a dimension is left unscaled
-    beta_slow: float = 1.0  # yarn: α, rotations below which a dimension is fully interpolated
-    attention_factor: float | None = None  # yarn: None = 0.1·ln s + 1
-    low_freq_factor: float = 1.0  # llama3
-    high_freq_factor: float = 4.0  # llama3
+    factor: float = ranged(1.0, ge=1)  # s
+    # L the model was trained at; None = the run's training length
+    original_length: int | None = ranged(None, ge=1, hint="null = the run's train.seq_len")
+    beta_fast: float = ranged(32.0, gt=0)  # yarn: β, rotations above which a dimension is left unscaled (> α)
+    beta_slow: float = ranged(1.0, gt=0)  # yarn: α, rotations below which a dimension is fully interpolated
+    attention_factor: float | None = ranged(None, gt=0, hint="null = 0.1·ln(s) + 1")  # yarn: None = 0.1·ln s + 1
+    low_freq_factor: float = ranged(1.0, gt=0)  # llama3
+    high_freq_factor: float = ranged(4.0, gt=0)  # llama3 (> low_freq_factor)
 
     def __post_init__(self) -> None:
         if self.type not in SCALINGS:
             raise ValueError(f"scheme.scaling.type must be one of {', '.join(SCALINGS)}, got {self.type!r}")
-        if self.factor < 1.0:
+        if self.factor < 1.0:  # also declared as its range; kept for options built directly in Python
             raise ValueError(f"scheme.scaling.factor must be >= 1, got {self.factor}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name != "type" and f.name not in SCALING_READS[self.type] and value != f.default:
+                readers = [t for t, keys in SCALING_READS.items() if f.name in keys]
+                raise ValueError(f"scheme.scaling.{f.name}={fmt(value)} is not read by scheme.scaling.type="
+                                 f"{self.type}; use scheme.scaling.type={'|'.join(readers)}")
         if self.high_freq_factor <= self.low_freq_factor:
-            raise ValueError("scheme.scaling.high_freq_factor must exceed low_freq_factor")
+            raise ValueError(f"scheme.scaling.high_freq_factor={fmt(self.high_freq_factor)} must exceed "
+                             f"scheme.scaling.low_freq_factor={fmt(self.low_freq_factor)}")
+        if self.beta_fast <= self.beta_slow:
+            raise ValueError(f"scheme.scaling.beta_fast={fmt(self.beta_fast)} must exceed "
+                             f"scheme.scaling.beta_slow={fmt(self.beta_slow)} (β > α rotations)")
 
 
 @dataclass
 class RoPEOptions:
-    base: float = 10000.0
+    base: float = ranged(10000.0, gt=1)
     layout: str = "half"  # "half": rotate_half pairs (i, i + d/2), NeoX/HF; "interleaved": pairs (2i, 2i+1), GPT-J
-    rotary_fraction: float = 1.0  # partial rotary: rotate only the first fraction of each head's dims
+    # Partial rotary: rotate the first ⌊fraction·head_dim⌋ dims of each head, rounded down to an even count; the
+    # head dimension itself must be even (see the module docstring).
+    rotary_fraction: float = ranged(1.0, gt=0, le=1)
     scaling: RoPEScaling = field(default_factory=RoPEScaling)
 
     def __post_init__(self) -> None:
@@ -60,8 +100,6 @@ class RoPEOptions:
             self.scaling = RoPEScaling(**self.scaling)
         if self.layout not in LAYOUTS:
             raise ValueError(f"scheme.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-        if not 0.0 < self.rotary_fraction <= 1.0:
-            raise ValueError(f"scheme.rotary_fraction must be in (0, 1], got {self.rotary_fraction}")
 
 
 def inv_freq(rot_dim: int, base: float) -> torch.Tensor:
@@ -149,14 +187,16 @@ class RoPE(Scheme):
 
     def __init__(self, options: RoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
+        require_even_head_dim(self.name, shape)
         self.rot_dim = int(shape.head_dim * options.rotary_fraction) // 2 * 2
         if self.rot_dim == 0:
-            raise ValueError(f"scheme.rotary_fraction={options.rotary_fraction} rotates no dimension of a "
+            raise ValueError(f"scheme.rotary_fraction={fmt(options.rotary_fraction)} rotates no dimension of a "
                              f"{shape.head_dim}-dim head; raise it")
         sc = options.scaling
         self.original_length = sc.original_length or shape.train_seq_len
-        if sc.type == "dynamic" and self.rot_dim <= 2:
-            raise ValueError("scheme.scaling.type=dynamic needs a rotary dimension above 2")
+        if sc.type in ("ntk", "dynamic") and self.rot_dim <= 2:  # b·s^(d/(d−2)) needs d > 2
+            raise ValueError(f"scheme.scaling.type={sc.type} needs a rotary dimension above 2, but this head "
+                             f"rotates {self.rot_dim}; raise scheme.rotary_fraction or the head dimension")
         # Every type but dynamic is independent of the length: computed once, moved with the module.
         theta, self.attention = self.frequencies(shape.train_seq_len)
         self.register_buffer("theta", theta, persistent=False)

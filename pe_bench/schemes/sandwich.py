@@ -12,18 +12,19 @@ from dataclasses import dataclass
 
 import torch
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import Scheme, causal_distance
 
 
 @dataclass
 class SandwichOptions:
-    dim: int | None = None  # d' of the sinusoidal embeddings; None = d_model
-    base: float = 10000.0
-    compression: float = 8.0  # head h divides the bias by compression·h/H
+    dim: int | None = ranged(None, ge=2, hint="null = d_model")  # d' of the sinusoidal embeddings (even)
+    base: float = ranged(10000.0, gt=1)
+    compression: float = ranged(8.0, gt=0)  # head h divides the bias by compression·h/H
 
     def __post_init__(self) -> None:
-        if self.dim is not None and (self.dim < 2 or self.dim % 2):
-            raise ValueError(f"scheme.dim must be an even number >= 2, got {self.dim}")
+        if self.dim is not None and self.dim % 2:
+            raise ValueError(f"scheme.dim={self.dim} must be even (d'/2 sin/cos pairs); use {self.dim + 1}")
 
 
 def sandwich_bias(distance: torch.Tensor, dim: int, n_heads: int, base: float = 10000.0,

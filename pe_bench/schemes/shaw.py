@@ -12,18 +12,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
 
 
 @dataclass
 class ShawOptions:
-    max_distance: int = 20  # k: distances beyond it share the last vector (tensor2tensor max_relative_position)
+    # k: distances beyond it share the last vector (tensor2tensor max_relative_position)
+    max_distance: int = ranged(20, ge=1)
     values: bool = True  # also add a^V to the values (eq. 3); False: keys only
-    init_std: float = 0.02
-
-    def __post_init__(self) -> None:
-        if self.max_distance < 1:
-            raise ValueError(f"scheme.max_distance must be >= 1, got {self.max_distance}")
+    init_std: float = ranged(0.02, gt=0)
 
 
 def shaw_index(q_pos: torch.Tensor, k_pos: torch.Tensor, max_distance: int) -> torch.Tensor:

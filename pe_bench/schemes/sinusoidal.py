@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme
 
 
@@ -22,10 +23,10 @@ def sinusoid_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> 
 
 @dataclass
 class SinusoidalOptions:
-    base: float = 10000.0
+    base: float = ranged(10000.0, gt=1)
     # Multiplier on the table. None = 1/sqrt(d_model), the initial value of x-transformers' ScaledSinusoidalEmbedding,
-    # which keeps the table on the scale of the (0.02-std, weight-tied) token embeddings.
-    scale: float | None = None
+    # which keeps the table on the scale of the (0.02-std, weight-tied) token embeddings. 0 would be scheme=nope.
+    scale: float | None = ranged(None, gt=0, hint="null = 1/sqrt(d_model)")
 
 
 class Sinusoidal(Scheme):

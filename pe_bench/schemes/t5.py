@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme
 
 
@@ -24,15 +25,16 @@ def t5_bucket(distance: torch.Tensor, num_buckets: int = 32, max_distance: int =
 
 @dataclass
 class T5Options:
-    num_buckets: int = 32
-    max_distance: int = 128
+    num_buckets: int = ranged(32, ge=2)
+    max_distance: int = ranged(128, ge=2)  # and > num_buckets // 2 (where the logarithmic buckets start)
     # T5 adds its bias to unscaled q·k; here logits are q·k/√d. x-transformers multiplies the bias by √d_head to
     # compensate (which, under Adam, also gives the table a √d larger effective step). null = √d_head; 1.0 = plain.
-    scale: float | None = None
+    scale: float | None = ranged(None, gt=0, hint="null = sqrt(head_dim)")
 
     def __post_init__(self) -> None:
-        if self.num_buckets < 2 or self.max_distance <= self.num_buckets // 2:
-            raise ValueError("scheme.num_buckets must be >= 2 and scheme.max_distance > num_buckets/2")
+        if self.max_distance <= self.num_buckets // 2:
+            raise ValueError(f"scheme.max_distance={self.max_distance} must exceed scheme.num_buckets // 2 = "
+                             f"{self.num_buckets // 2} (the exact buckets); raise it or lower scheme.num_buckets")
 
 
 class T5Bias(Scheme):

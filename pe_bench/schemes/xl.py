@@ -12,14 +12,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
 from pe_bench.schemes.sinusoidal import sinusoid_table
 
 
 @dataclass
 class XLOptions:
-    base: float = 10000.0
-    init_std: float = 0.02
+    base: float = ranged(10000.0, gt=1)
+    init_std: float = ranged(0.02, gt=0)
 
 
 class TransformerXL(Scheme):

@@ -11,22 +11,21 @@ from dataclasses import dataclass
 
 import torch
 
+from pe_bench.ranges import ranged
 from pe_bench.schemes.base import ModelShape, Scheme
-from pe_bench.schemes.rope import LAYOUTS, apply_rotary, rope_angles
+from pe_bench.schemes.rope import LAYOUTS, apply_rotary, require_even_head_dim, rope_angles
 
 
 @dataclass
 class XPosOptions:
-    base: float = 10000.0
-    gamma: float = 0.4  # γ_ζ in ζ_k = (2k/d + γ_ζ) / (1 + γ_ζ)
-    scale_base: float = 512.0  # γ: the decay is ζ_k per scale_base positions of distance
-    layout: str = "half"
+    base: float = ranged(10000.0, gt=1)
+    gamma: float = ranged(0.4, gt=0)  # γ_ζ in ζ_k = (2k/d + γ_ζ) / (1 + γ_ζ); 0 would make ζ_0 = 0
+    scale_base: float = ranged(512.0, gt=0)  # γ: the decay is ζ_k per scale_base positions of distance
+    layout: str = "half"  # the head dimension must be even, as for rope
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"scheme.layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
-        if self.scale_base <= 0 or self.gamma <= 0:
-            raise ValueError("scheme.scale_base and scheme.gamma must be > 0")
 
 
 def xpos_zeta(rot_dim: int, gamma: float = 0.4) -> torch.Tensor:
@@ -44,7 +43,8 @@ class XPos(Scheme):
 
     def __init__(self, options: XPosOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
-        self.rot_dim = shape.head_dim // 2 * 2
+        require_even_head_dim(self.name, shape)
+        self.rot_dim = shape.head_dim
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         angles = rope_angles(positions, self.rot_dim, self.options.base)
