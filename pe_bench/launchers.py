@@ -76,7 +76,7 @@ def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say
                 log.close()
                 del active[label]
                 results[label] = {0: "trained", 3: "stopped", 4: "busy"}.get(proc.returncode, "failed")
-                if results[label] == "failed" and p.run.meta().get("status") != "failed":
+                if results[label] == "failed" and p.run.meta().get("status") not in ("failed", "diverged"):
                     p.run.update_meta(status="failed", error=f"exit code {proc.returncode}; see train.log")
                 detail = f": {p.run.meta().get('error')}" if results[label] == "failed" else ""
                 say(f"{results[label]} {label}{detail}")
