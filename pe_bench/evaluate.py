@@ -30,14 +30,16 @@ from pe_bench.model import Decoder, random_positions
 from pe_bench.schemes import LengthNotSupported
 
 EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride",
-                "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step"]
+                "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision"]
 POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "pos_start",
-                    "pos_end", "loss", "tokens", "seed", "budget", "step"]
-WINDOW_COLUMNS = ["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "window", "nll", "tokens"]
+                    "pos_end", "loss", "tokens", "seed", "budget", "step", "precision"]
+WINDOW_COLUMNS = ["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "window", "nll",
+                  "tokens"]
 # An evaluation row is identified by every setting that changes its number: a new setting adds rows, never replaces.
 # S: the sliding stride setting (stride = min(S, L_eval)); empty for nonoverlapping rows.
-EVAL_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step")
-POSITION_KEY = ("scheme", "split", "L_eval", "budget", "step", "pos_start")
+# precision: fp32 or bf16 (autocast on CUDA): the same weights give slightly different numbers in each.
+EVAL_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision")
+POSITION_KEY = ("scheme", "split", "L_eval", "budget", "step", "precision", "pos_start")
 WINDOW_KEY = EVAL_KEY
 MIN_WINDOWS = 4  # the longest eval length must fit this many times in the scored span
 RANDOM_POSITIONS_SEED = 9176
@@ -136,7 +138,8 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     bf16 = use_bf16(cfg.train, device)
     step = cfg.train.steps if step is None else step
     base = {"scheme": model.scheme.label(), "base_scheme": model.scheme.name, "model": cfg.model.name,
-            "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed, "step": step}
+            "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed, "step": step,
+            "precision": "bf16" if bf16 else "fp32"}
     budgets = {"nonoverlapping": ecfg.max_tokens, "sliding": ecfg.sliding_max_tokens}
     rows: list[dict] = []
     pos_rows: list[dict] = []
@@ -195,7 +198,7 @@ def _row(common: dict, mode: str, stride: int, S: int | str, budget: int, s: Sco
 
 def _window_rows(row: dict, s: Score) -> list[dict]:
     """Per-window summed nll and scored tokens, enough to recompute the row and its uncertainty afterwards."""
-    key = {k: row[k] for k in WINDOW_COLUMNS[:8]}
+    key = {k: row[k] for k in WINDOW_COLUMNS[:9]}
     return [{**key, "window": i, "nll": round(n, 6), "tokens": t}
             for i, (n, t) in enumerate(zip(s.window_nll, s.window_tokens))]
 

@@ -7,7 +7,7 @@ import torch
 
 from pe_bench.config import Config, ConfigError, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_tokens
-from pe_bench.device import resolve_device
+from pe_bench.device import resolve_device, use_bf16
 from pe_bench.distributed import StopRequested, barrier, shutdown, world_from_env
 from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
                                check_feasible, eval_lengths, evaluate)
@@ -146,7 +146,7 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
         else:
             m, step = load_trained(run, cfg, device, sp, corpus, trained)
         label = m.scheme.label()
-        if label in seen or (only_missing and _expected_keys(cfg, label, step) <= have):
+        if label in seen or (only_missing and _expected_keys(cfg, label, step, device) <= have):
             continue
         seen.add(label)
         r, p, w = evaluate(m, cfg, tokens, corpus.token_bytes, device, step)
@@ -161,8 +161,9 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     return rows
 
 
-def _expected_keys(cfg: Config, label: str, step: int) -> set[tuple[str, ...]]:
+def _expected_keys(cfg: Config, label: str, step: int, device: torch.device) -> set[tuple[str, ...]]:
     ecfg, L = cfg.eval, cfg.train.seq_len
+    precision = "bf16" if use_bf16(cfg.train, device) else "fp32"
     out = set()
     for n in eval_lengths(ecfg, L):
         for mode, stride, S, budget in (("nonoverlapping", n, "", ecfg.max_tokens),
@@ -170,7 +171,7 @@ def _expected_keys(cfg: Config, label: str, step: int) -> set[tuple[str, ...]]:
                                          ecfg.sliding_max_tokens)):
             if mode in ecfg.modes:
                 out.add(_key({"scheme": label, "split": ecfg.split, "L_eval": n, "mode": mode, "stride": stride,
-                              "S": S, "budget": budget, "step": step}, EVAL_KEY))
+                              "S": S, "budget": budget, "step": step, "precision": precision}, EVAL_KEY))
     return out
 
 

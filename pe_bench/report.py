@@ -108,7 +108,7 @@ class Collected:
         """Rows made elsewhere (tests, older files) without identity columns: one configuration per scheme label."""
         if not self.df.empty:
             defaults = {"label": self.df["scheme"], "config": "", "group": "", "budget": "", "S": "", "step": 0,
-                        "steps": 0, "run": ""}
+                        "steps": 0, "run": "", "precision": ""}
             missing = {k: v for k, v in defaults.items() if k not in self.df}
             if missing:
                 self.df = self.df.assign(**missing)
@@ -146,12 +146,13 @@ def collect_all(runs: list[Run]) -> Collected:
         group = digest({k: v for k, v in ident.items() if k != "scheme"})
         flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         d = pd.DataFrame(rows)
-        for c in ("budget", "step", "note", "S"):
+        for c in ("budget", "step", "note", "S", "precision"):
             if c not in d:
                 d[c] = ""
         d["step"] = d["step"].replace({None: "", "None": ""}).astype(str).replace("", str(cfg.train.steps))
         d["budget"] = d["budget"].fillna("").astype(str)
         d["S"] = d["S"].fillna("").astype(str)
+        d["precision"] = d["precision"].fillna("").astype(str)
         d.insert(0, "run", run.path.name)
         d["config"], d["group"], d["steps"] = config_id, group, cfg.train.steps
         frames.append(d)
@@ -164,7 +165,14 @@ def collect_all(runs: list[Run]) -> Collected:
     for c in ("loss", "ppl", "bpb"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
     df["step"] = pd.to_numeric(df["step"]).astype(int)
-    dup = df.duplicated(["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step"])
+    # A diverged run was never evaluated: its rows take the precision its configuration's other seeds were
+    # evaluated in, so that they sit in the same table row (and make it say 'diverged').
+    diverged = df["status"] == "diverged"
+    if diverged.any():
+        usual = df[~diverged].groupby("config")["precision"].agg(lambda p: p.mode().iloc[0]).to_dict()
+        df.loc[diverged, "precision"] = [usual.get(c, "fp32") for c in df.loc[diverged, "config"]]
+    dup = df.duplicated(["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step",
+                         "precision"])
     if dup.any():  # the same run in two places (a copied results folder): one copy counts
         for name in sorted(set(df.loc[dup, "run"])):
             left.append(f"{name}: a second copy of a run already read; the first is used")
@@ -190,14 +198,13 @@ def _read_windows(run: Run, out: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> 
         w["nll"], w["tokens"], w["window"] = (pd.to_numeric(w[c]) for c in ("nll", "tokens", "window"))
     except Exception:  # noqa: BLE001 - a damaged windows.csv only costs the intervals
         return
-    if "S" not in w:
-        w["S"] = ""
-    for key, g in w.groupby(["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step"], sort=False):
+    for c in ("S", "precision"):
+        if c not in w:
+            w[c] = ""
+    for key, g in w.groupby(["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision"],
+                            sort=False):
         g = g.sort_values("window")
         out[(run.path.name, *key)] = (g["nll"].to_numpy(float), g["tokens"].to_numpy(float))
-
-
-CELL_KEY = ["label", "L_train", "stride", "budget", "step"]
 
 
 def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
@@ -205,7 +212,7 @@ def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndar
     out = {}
     for r in rows.itertuples():
         w = col.windows.get((r.run, r.scheme, r.split, str(r.L_eval), r.mode, str(r.stride), str(r.S),
-                             str(r.budget), str(r.step)))
+                             str(r.budget), str(r.step), str(r.precision)))
         if w is None:
             return None
         out[int(r.seed)] = w
@@ -230,11 +237,14 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
         return pd.DataFrame()
     lengths = sorted(int(x) for x in d["L_eval"].unique())
     # Evaluation settings that differ within one configuration make rows of their own (never a mean across them).
-    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S")}
+    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S", "precision")}
     rows, index, stats = [], [], {}
-    for label, L, budget, S in dict.fromkeys(zip(d["label"], d["L_train"], d["budget"], d["S"])):
-        r = d[(d["label"] == label) & (d["L_train"] == L) & (d["budget"] == budget) & (d["S"] == S)]
-        name = label + (f" · S={S}" if varies["S"] else "") + (f" · tokens={budget}" if varies["budget"] else "")
+    for label, L, budget, S, prec in dict.fromkeys(zip(d["label"], d["L_train"], d["budget"], d["S"],
+                                                       d["precision"])):
+        r = d[(d["label"] == label) & (d["L_train"] == L) & (d["budget"] == budget) & (d["S"] == S)
+              & (d["precision"] == prec)]
+        name = (label + (f" · S={S}" if varies["S"] else "") + (f" · tokens={budget}" if varies["budget"] else "")
+                + (f" · {prec or 'precision ?'}" if varies["precision"] else ""))
         cells, means, kinds = {}, {}, set()
         for n in lengths:
             c = r[r["L_eval"] == n]
@@ -292,7 +302,8 @@ def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[t
         by_group: dict[tuple, list] = {}
         for (name, L, m), (mean, c) in stats_by_cell.items():
             if m == n and not pd.isna(mean):
-                by_group.setdefault((c["group"].iloc[0], L, c["budget"].iloc[0]), []).append((mean, name, L, c))
+                key = (c["group"].iloc[0], L, c["budget"].iloc[0], c["S"].iloc[0], c["precision"].iloc[0])
+                by_group.setdefault(key, []).append((mean, name, L, c))
         for members in by_group.values():
             members.sort(key=lambda x: x[0])
             best_mean, best_name, best_L, best_rows = members[0]
@@ -322,7 +333,8 @@ def compare(col: Collected, a: str, b: str, split: str = "validation",
     for missing in (x for x in (a, b) if x not in set(col.df["scheme"])):
         raise ConfigError(f"--compare: no rows for scheme {missing!r}; rows here: "
                           f"{', '.join(sorted(set(col.df['scheme'])))}")
-    for (mode, group, L, n, budget), g in d.groupby(["mode", "group", "L_train", "L_eval", "budget"], sort=True):
+    for (mode, group, L, n, budget, S, _), g in d.groupby(["mode", "group", "L_train", "L_eval", "budget", "S",
+                                                          "precision"], sort=True):
         if mode not in modes:
             continue
         ra, rb = g[g["scheme"] == a], g[g["scheme"] == b]

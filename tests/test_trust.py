@@ -154,6 +154,7 @@ def test_rerunning_a_finished_run_adds_rows_and_never_rewrites_it(smoke_args, tm
     assert len(ev2) == 2 * len(ev)  # the new settings' rows sit beside the old ones
     assert ev2.merge(ev).shape[0] == len(ev)  # the old rows are untouched
     assert set(ev2["budget"]) == {2048, 1024, 512} and set(ev2[ev2["mode"] == "sliding"]["S"]) == {32, 8}
+    assert set(ev2["precision"]) == {"fp32"}  # bf16 rows (autocast on CUDA) would sit beside these
     meta2 = json.loads((run / "meta.json").read_text())
     assert (run / "config.yaml").read_bytes() == config
     assert meta2["status"] == "done" and meta2["wall_seconds"] == meta["wall_seconds"]
@@ -270,7 +271,7 @@ def _synthetic(shift: float, seeds=(0,), windows=400, seed=0):
                          "mode": "nonoverlapping", "split": "validation", "stride": 64, "S": "", "budget": "4096",
                          "step": 10, "steps": 10, "seed": s, "status": "ok", "tokens_scored": int(tokens.sum()),
                          "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": name, "group": "g"})
-            win[(run, name, "validation", "64", "nonoverlapping", "64", "", "4096", "10")] = (nll, tokens)
+            win[(run, name, "validation", "64", "nonoverlapping", "64", "", "4096", "10", "")] = (nll, tokens)
     return Collected(pd.DataFrame(rows), win)
 
 
