@@ -308,18 +308,23 @@ def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[t
             members.sort(key=lambda x: x[0])
             best_mean, best_name, best_L, best_rows = members[0]
             marks.add((best_name, best_L, n))
-            wb = _cell_windows(col, best_rows)
             for mean, name, L, c in members[1:]:
-                wa = _cell_windows(col, c)
-                if wa is None or wb is None:
-                    continue
-                try:
-                    p = stats.paired_difference(wa, wb, n_boot=BOOTSTRAP)
-                except ValueError:
-                    continue
-                if not p.excludes_zero:
+                p = _paired(col, c, best_rows)
+                if p is not None and not p.excludes_zero:
                     marks.add((name, L, n))
     return marks
+
+
+def _paired(col: Collected, ra: pd.DataFrame, rb: pd.DataFrame) -> stats.Paired | None:
+    """The paired difference of two cells' perplexities (rows: one per seed), or None without per-window losses
+    for every seed or on different windows."""
+    wa, wb = _cell_windows(col, ra), _cell_windows(col, rb)
+    if wa is None or wb is None:
+        return None
+    try:
+        return stats.paired_difference(wa, wb, n_boot=BOOTSTRAP)
+    except ValueError:
+        return None
 
 
 def compare(col: Collected, a: str, b: str, split: str = "validation",
@@ -333,19 +338,14 @@ def compare(col: Collected, a: str, b: str, split: str = "validation",
     for missing in (x for x in (a, b) if x not in set(col.df["scheme"])):
         raise ConfigError(f"--compare: no rows for scheme {missing!r}; rows here: "
                           f"{', '.join(sorted(set(col.df['scheme'])))}")
-    for (mode, group, L, n, budget, S, _), g in d.groupby(["mode", "group", "L_train", "L_eval", "budget", "S",
-                                                          "precision"], sort=True):
-        if mode not in modes:
-            continue
+    settings = ["mode", "group", "L_train", "L_eval", "budget", "S", "precision", "step"]
+    for (mode, *_), g in d.groupby(settings, sort=True):
+        L, n = g["L_train"].iloc[0], g["L_eval"].iloc[0]
         ra, rb = g[g["scheme"] == a], g[g["scheme"] == b]
-        if ra.empty or rb.empty:
+        if mode not in modes or ra.empty or rb.empty:
             continue
-        wa, wb = _cell_windows(col, ra), _cell_windows(col, rb)
-        if wa is None or wb is None:
-            continue
-        try:
-            p = stats.paired_difference(wa, wb, n_boot=BOOTSTRAP)
-        except ValueError:
+        p = _paired(col, ra, rb)
+        if p is None:
             continue
         label = ra["label"].iloc[0].replace(a, "", 1).lstrip(" ·")
         verdict = {"lower": f"{a} lower", "higher": f"{b} lower"}.get(p.verdict, "not distinguishable")
