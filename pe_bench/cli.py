@@ -127,7 +127,8 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
     saved = run.load_config()
     cfg = apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
     check_eval_overrides(saved, cfg)
-    if any(o.lstrip("+~").startswith("scheme") for o in overrides or []):
+    if any(o.lstrip("+~").startswith("scheme") and not o.lstrip("+~").startswith("scheme.eval_variants")
+           for o in overrides or []):
         cfg.eval.variants = False  # the user asked for one variant (e.g. rope+yarn×8): evaluate just that one
     stop_on_signals()  # SIGTERM/SIGUSR1: stop before the next length, exit 3, as during train
     with run.lock():  # a run being trained (or evaluated) by another process is left alone: exit 4
@@ -260,6 +261,8 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     console.print(summary)
     runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
     col = collect_all(runs) if runs else None
+    for line in col.left_out if col is not None else []:
+        err.print(f"left out of the report: {escape(line)}", highlight=False, soft_wrap=True)
     if col is not None and not col.df.empty:
         pos = collect_positions(runs)
         # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere

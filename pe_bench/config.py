@@ -403,6 +403,11 @@ def check_scheme(cfg: Config) -> None:
     for i, variant in enumerate(spec.eval_variants):
         prefix = f"scheme.eval_variants[{i}]"
         variant_spec = with_options(spec, variant, prefix)  # typed and range-checked even when not evaluated
+        fixed = sorted(set(variant) - set(spec.cls.eval_options))
+        if fixed:  # a variant evaluates the same weights: it may change only options that act at evaluation
+            allowed = ", ".join(f"scheme.{k}" for k in spec.cls.eval_options) or "none"
+            raise ConfigError(f"{prefix} changes {', '.join(fixed)}, which {spec.cls.name} fixes at training; "
+                              f"eval-time options of {spec.cls.name}: {allowed}")
         if cfg.eval.variants:
             _build(variant_spec, shape, prefix)
 

@@ -33,13 +33,15 @@ EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L
                 "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision"]
 POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "pos_start",
                     "pos_end", "loss", "tokens", "seed", "budget", "step", "precision"]
-WINDOW_COLUMNS = ["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "window", "nll",
-                  "tokens"]
+WINDOW_COLUMNS = ["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "tokens_scored",
+                  "window", "nll", "tokens"]
 # An evaluation row is identified by every setting that changes its number: a new setting adds rows, never replaces.
 # S: the sliding stride setting (stride = min(S, L_eval)); empty for nonoverlapping rows.
 # precision: fp32 or bf16 (autocast on CUDA): the same weights give slightly different numbers in each.
-EVAL_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision")
-POSITION_KEY = ("scheme", "split", "L_eval", "budget", "step", "precision", "pos_start")
+# tokens_scored: the span, a multiple of the evaluation's longest length, so other length sets score other spans.
+EVAL_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "tokens_scored")
+# Per-position rows are replaced a whole curve at a time (another eval.position_buckets makes other buckets).
+POSITION_KEY = ("scheme", "split", "L_eval", "budget", "step", "precision")
 WINDOW_KEY = EVAL_KEY
 MIN_WINDOWS = 4  # the longest eval length must fit this many times in the scored span
 RANDOM_POSITIONS_SEED = 9176
@@ -198,7 +200,7 @@ def _row(common: dict, mode: str, stride: int, S: int | str, budget: int, s: Sco
 
 def _window_rows(row: dict, s: Score) -> list[dict]:
     """Per-window summed nll and scored tokens, enough to recompute the row and its uncertainty afterwards."""
-    key = {k: row[k] for k in WINDOW_COLUMNS[:9]}
+    key = {k: row[k] for k in WINDOW_COLUMNS[:10]}
     return [{**key, "window": i, "nll": round(n, 6), "tokens": t}
             for i, (n, t) in enumerate(zip(s.window_nll, s.window_tokens))]
 

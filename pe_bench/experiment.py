@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 import torch
 
 from pe_bench.config import Config, ConfigError, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_tokens
 from pe_bench.device import resolve_device, use_bf16
-from pe_bench.distributed import StopRequested, barrier, shutdown, world_from_env
+from pe_bench.distributed import StopRequested, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
-                               check_feasible, eval_lengths, evaluate)
+                               check_feasible, eval_lengths, evaluate, scored_span)
+from pe_bench.build import build_scheme
 from pe_bench.model import Decoder
-from pe_bench.runs import Run, RunFileError, digest, file_sha256, identity, read_csv, run_dir_for, write_csv
+from pe_bench.runs import Run, RunBusy, RunFileError, digest, file_sha256, identity, read_csv, run_dir_for, write_csv
 from pe_bench.train import Diverged, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
 
 
 def is_done(run: Run) -> bool:
-    return run.status == "done" and run.eval_csv.exists() and run.checkpoint.exists()
+    """Finished: never trained again (even if its checkpoint was deleted to save space)."""
+    return run.status == "done" and run.eval_csv.exists()
 
 
 def run_one(cfg: Config, progress: bool = True) -> Run:
@@ -35,18 +38,33 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
     device = resolve_device(cfg.train.device)
     world = world_from_env(device)
     try:
-        check_eval_variants(cfg)
         corpus = load_tokens(cfg.data, cfg.cache_dir)
         check_feasible(cfg, len(corpus.splits[cfg.eval.split]))  # bad input fails before the run directory exists
-        if not world.is_main:  # a DDP worker: trains its share, writes nothing
-            train(cfg, run, corpus, device, progress=False, world=world)
-            barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
-            return run
-        run.path.mkdir(parents=True, exist_ok=True)
-        with run.lock():  # before anything is written: of two processes, the loser touches nothing
-            if is_done(run):
-                check_same_run(run, cfg)
-                evaluate_run(run, cfg, corpus, device, only_missing=True)
+        with ExitStack() as held:
+            # Rank 0 takes the lock before anything is written (of two processes, the loser touches nothing) and
+            # decides for every rank: busy / unreadable, finished, or to train. Under DDP the decision is shared
+            # so that no rank waits for a collective the others never reach.
+            refusal, done = None, False
+            if world.is_main:
+                run.path.mkdir(parents=True, exist_ok=True)
+                try:
+                    held.enter_context(run.lock())
+                    done = is_done(run)
+                except (RunBusy, RunFileError) as e:
+                    refusal = e
+            if any_across(world, refusal is not None, device):
+                if refusal is not None:
+                    raise refusal
+                return run
+            if any_across(world, done, device):  # finished: never trained or re-recorded; add missing rows only
+                if world.is_main:
+                    check_same_run(run, cfg)
+                    evaluate_run(run, cfg, corpus, device, only_missing=True)
+                barrier(world)
+                return run
+            if not world.is_main:  # a DDP worker: trains its share, writes nothing
+                train(cfg, run, corpus, device, progress=False, world=world)
+                barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
                 return run
             run.create(cfg)
             t0 = time.perf_counter()
@@ -94,17 +112,6 @@ def check_same_run(run: Run, cfg: Config) -> None:
                            "from another run); move the run directory away")
 
 
-def check_eval_variants(cfg: Config) -> None:
-    """A scheme's eval_variants may change only the options that scheme declares as eval-time options."""
-    spec = scheme_spec(cfg.scheme)
-    for v in spec.eval_variants:
-        bad = sorted(set(v) - set(spec.cls.eval_options))
-        if bad:
-            allowed = ", ".join(f"scheme.{k}" for k in spec.cls.eval_options) or "none"
-            raise ConfigError(f"scheme.eval_variants entry {v} changes {', '.join(bad)}, which {spec.cls.name} "
-                              f"fixes at training; eval-time options of {spec.cls.name}: {allowed}")
-
-
 def check_eval_overrides(saved: Config, cfg: Config) -> None:
     """``pe-bench eval`` may change eval.* and the scheme's eval-time options, never the trained model."""
     old, new = dict(saved.scheme), dict(cfg.scheme)
@@ -120,7 +127,6 @@ def check_eval_overrides(saved: Config, cfg: Config) -> None:
     if bad:
         raise ConfigError(f"scheme.{bad[0]} is fixed at training for {old['name']} (the checkpoint was trained with "
                           f"{old.get(bad[0])!r}); eval-time options of {old['name']}: {allowed}")
-    check_eval_variants(cfg)
 
 
 def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, device: torch.device | None = None,
@@ -135,19 +141,22 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     spec = scheme_spec(cfg.scheme)
     specs = [spec] + ([with_options(spec, v) for v in spec.eval_variants] if cfg.eval.variants else [])
     tokens = corpus.splits[cfg.eval.split]
-    have = {_key(r, EVAL_KEY) for r in read_csv(run.eval_csv)} if only_missing else set()
+    # Rows already there, by every key but the span: a row counts if it scored this evaluation's span (or none: n/a)
+    have = {(_key(r, EVAL_KEY[:-1]), r.get("tokens_scored")) for r in read_csv(run.eval_csv)} if only_missing else set()
     rows: list[dict] = []
     pos_rows: list[dict] = []
     win_rows: list[dict] = []
     seen: set[str] = set()
     for i, sp in enumerate(specs):
+        label = build_scheme(cfg, sp).label()
+        if label in seen or (only_missing and all(
+                (k, n) in have or (k, "0") in have  # "0": a length the scheme cannot run at (n/a) is there too
+                for k, n in _expected_keys(cfg, label, cfg.train.steps, device, len(tokens)))):
+            continue  # (only_missing is for finished runs, whose weights are from the last step)
         if i == 0 and model is not None:
             m, step = model, cfg.train.steps
         else:
             m, step = load_trained(run, cfg, device, sp, corpus, trained)
-        label = m.scheme.label()
-        if label in seen or (only_missing and _expected_keys(cfg, label, step, device) <= have):
-            continue
         seen.add(label)
         r, p, w = evaluate(m, cfg, tokens, corpus.token_bytes, device, step)
         rows += r
@@ -161,17 +170,23 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     return rows
 
 
-def _expected_keys(cfg: Config, label: str, step: int, device: torch.device) -> set[tuple[str, ...]]:
+def _expected_keys(cfg: Config, label: str, step: int, device: torch.device,
+                   n_tokens: int) -> set[tuple[tuple[str, ...], str]]:
+    """(row key without the span, the span as written) for every row this evaluation would write."""
     ecfg, L = cfg.eval, cfg.train.seq_len
     precision = "bf16" if use_bf16(cfg.train, device) else "fp32"
+    longest = max(eval_lengths(ecfg, L))
+    spans = {"nonoverlapping": scored_span(n_tokens, ecfg.max_tokens, longest),
+             "sliding": scored_span(n_tokens, ecfg.sliding_max_tokens, longest)}
     out = set()
     for n in eval_lengths(ecfg, L):
         for mode, stride, S, budget in (("nonoverlapping", n, "", ecfg.max_tokens),
                                         ("sliding", min(ecfg.stride or L, n), ecfg.stride or L,
                                          ecfg.sliding_max_tokens)):
             if mode in ecfg.modes:
-                out.add(_key({"scheme": label, "split": ecfg.split, "L_eval": n, "mode": mode, "stride": stride,
-                              "S": S, "budget": budget, "step": step, "precision": precision}, EVAL_KEY))
+                key = _key({"scheme": label, "split": ecfg.split, "L_eval": n, "mode": mode, "stride": stride,
+                            "S": S, "budget": budget, "step": step, "precision": precision}, EVAL_KEY[:-1])
+                out.add((key, str(spans[mode])))
     return out
 
 

@@ -73,7 +73,9 @@ def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
         try:
             [int(float(r[c])) for c in NUMERIC]
             float(r["ppl"] or "nan")
-        except ValueError:
+            if r.get("step") not in (None, "", "None"):
+                int(r["step"])
+        except (ValueError, OverflowError):
             raise RunFileError(f"{path} line {i} holds a value that is not a number") from None
     return rows
 
@@ -82,17 +84,23 @@ def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows that say 'diverged' at every length and mode the run would have been evaluated at."""
     from pe_bench.evaluate import eval_lengths
 
+    from pe_bench.config import scheme_spec, with_options
+
     L, ecfg = cfg.train.seq_len, cfg.eval
-    base = {"scheme": build_scheme(cfg).label(),
+    spec = scheme_spec(cfg.scheme)
+    labels = dict.fromkeys(build_scheme(cfg, sp).label() for sp in
+                           [spec] + ([with_options(spec, v) for v in spec.eval_variants] if ecfg.variants else []))
+    base = {
             "base_scheme": cfg.scheme["name"], "model": cfg.model.name, "data": cfg.data.name, "split": ecfg.split,
             "L_train": L, "seed": cfg.seed, "loss": "nan", "ppl": "nan", "bpb": "nan", "tokens_scored": 0,
             "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}", "step": ""}
     rows = []
-    for n in eval_lengths(ecfg, L):
-        rows.append({**base, "L_eval": n, "ratio": round(n / L, 4), "mode": "nonoverlapping", "stride": n,
-                     "S": "", "budget": ecfg.max_tokens})
-        rows.append({**base, "L_eval": n, "ratio": round(n / L, 4), "mode": "sliding",
-                     "stride": min(ecfg.stride or L, n), "S": ecfg.stride or L, "budget": ecfg.sliding_max_tokens})
+    for label in labels:  # the base scheme and every eval-time variant: each of their rows says 'diverged'
+        for n in eval_lengths(ecfg, L):
+            common = {**base, "scheme": label, "L_eval": n, "ratio": round(n / L, 4)}
+            rows.append({**common, "mode": "nonoverlapping", "stride": n, "S": "", "budget": ecfg.max_tokens})
+            rows.append({**common, "mode": "sliding", "stride": min(ecfg.stride or L, n), "S": ecfg.stride or L,
+                         "budget": ecfg.sliding_max_tokens})
     return rows
 
 
@@ -120,15 +128,15 @@ def collect_all(runs: list[Run]) -> Collected:
     rows that compete in one table) and 'label' (the scheme label plus the configuration keys that differ between
     the runs, e.g. ``nope · model.n_layers=2``). Unreadable files and unfinished runs are left out, each with one
     line in ``left_out``; diverged runs give 'diverged' rows."""
-    frames, flat, left = [], {}, []
+    frames, flat, flat_scheme, left = [], {}, {}, []
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     for run in runs:
         try:
             meta = run.meta()
             cfg = run.load_config()
             status = meta.get("status")
-            if status == "diverged":
-                rows = read_eval_rows(run, meta) if run.eval_csv.exists() else _diverged_rows(cfg, meta)
+            if status == "diverged":  # 'diverged' rows, beside any rows of a --partial evaluation (labelled)
+                rows = _diverged_rows(cfg, meta) + (read_eval_rows(run, meta) if run.eval_csv.exists() else [])
             elif not run.eval_csv.exists():
                 raise RunFileError(f"{run.path} has no eval.csv (status {status or 'unknown'})")
             else:
@@ -145,6 +153,7 @@ def collect_all(runs: list[Run]) -> Collected:
         config_id = digest(ident)
         group = digest({k: v for k, v in ident.items() if k != "scheme"})
         flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
+        flat_scheme[config_id] = _flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
         d = pd.DataFrame(rows)
         for c in ("budget", "step", "note", "S", "precision"):
             if c not in d:
@@ -172,15 +181,36 @@ def collect_all(runs: list[Run]) -> Collected:
         usual = df[~diverged].groupby("config")["precision"].agg(lambda p: p.mode().iloc[0]).to_dict()
         df.loc[diverged, "precision"] = [usual.get(c, "fp32") for c in df.loc[diverged, "config"]]
     dup = df.duplicated(["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step",
-                         "precision"])
+                         "precision", "tokens_scored"])
     if dup.any():  # the same run in two places (a copied results folder): one copy counts
         for name in sorted(set(df.loc[dup, "run"])):
             left.append(f"{name}: a second copy of a run already read; the first is used")
         df = df[~dup].reset_index(drop=True)
     varying = sorted(k for k in set().union(*flat.values()) if len({f.get(k) for f in flat.values()}) > 1)
     suffix = {c: " · ".join(f"{k}={flat[c].get(k)}" for k in varying) for c in flat}
-    df["label"] = [s + (f" · {suffix[c]}" if suffix[c] else "") + (f" · step {a}/{b}" if a != b else "")
-                   for s, c, a, b in zip(df["scheme"], df["config"], df["step"], df["steps"])]
+    df["label"] = [s + (f" · {suffix[c]}" if suffix[c] else "") for s, c in zip(df["scheme"], df["config"])]
+    # Two configurations can still share a label: rope trained with YaRN and plain rope evaluated as rope+yarn×8.
+    # Their scheme options that differ go into the label too; a row is never two configurations.
+    for label, configs in df.groupby("label")["config"].unique().items():
+        if len(configs) > 1:
+            keys = sorted(k for k in set().union(*(flat_scheme[c] for c in configs))
+                          if len({flat_scheme[c].get(k) for c in configs}) > 1)
+            for c in configs:
+                extra = "trained with " + ", ".join(f"{k}={flat_scheme[c].get(k)}" for k in keys)
+                df.loc[(df["label"] == label) & (df["config"] == c), "label"] = f"{label} · {extra}"
+    df["label"] = [lab + (f" · step {a}/{b}" if a != b else "") for lab, a, b in zip(df["label"], df["step"],
+                                                                                     df["steps"])]
+    # One evaluation scores the same span at every length (a multiple of its longest length); evaluations with
+    # other length sets score other spans: their rows are labelled apart, never averaged with these.
+    span_key = ["config", "split", "mode", "budget", "S", "precision", "step"]
+    scored = df[df["tokens_scored"] > 0]
+    spans = scored.groupby(span_key)["tokens_scored"].nunique()
+    several = set(spans[spans > 1].index)
+    if several:
+        apart = [tuple(k) in several and n > 0 for k, n in zip(df[span_key].itertuples(index=False),
+                                                               df["tokens_scored"])]
+        df.loc[apart, "label"] = [f"{lab} · scored={n}" for lab, n in zip(df.loc[apart, "label"],
+                                                                         df.loc[apart, "tokens_scored"])]
     return Collected(df, windows, left)
 
 
@@ -190,21 +220,27 @@ def collect(runs: list[Run]) -> pd.DataFrame:
 
 
 def _read_windows(run: Run, out: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Per-window losses of a run, keyed like its eval rows plus the tokens they score; a damaged or stale
+    windows.csv only costs the intervals and marks (keys whose windows do not recompute their row are dropped when
+    the rows are matched, in :func:`_cell_windows`)."""
     path = run.path / "windows.csv"
     if not path.exists():
         return
     try:
         w = pd.read_csv(path, dtype=str, keep_default_na=False)
         w["nll"], w["tokens"], w["window"] = (pd.to_numeric(w[c]) for c in ("nll", "tokens", "window"))
+        for c in ("S", "precision"):
+            if c not in w:
+                w[c] = ""
+        groups = w.groupby(["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision"],
+                           sort=False)
+        for key, g in groups:
+            g = g.sort_values("window")
+            nll, tokens = g["nll"].to_numpy(float), g["tokens"].to_numpy(float)
+            if np.isfinite(nll).all() and np.isfinite(tokens).all():
+                out[(run.path.name, *key, str(int(tokens.sum())))] = (nll, tokens)
     except Exception:  # noqa: BLE001 - a damaged windows.csv only costs the intervals
         return
-    for c in ("S", "precision"):
-        if c not in w:
-            w[c] = ""
-    for key, g in w.groupby(["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision"],
-                            sort=False):
-        g = g.sort_values("window")
-        out[(run.path.name, *key)] = (g["nll"].to_numpy(float), g["tokens"].to_numpy(float))
 
 
 def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
@@ -212,9 +248,9 @@ def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndar
     out = {}
     for r in rows.itertuples():
         w = col.windows.get((r.run, r.scheme, r.split, str(r.L_eval), r.mode, str(r.stride), str(r.S),
-                             str(r.budget), str(r.step), str(r.precision)))
-        if w is None:
-            return None
+                             str(r.budget), str(r.step), str(r.precision), str(int(r.tokens_scored))))
+        if w is None or abs(float(np.exp(w[0].sum() / w[1].sum())) - float(r.ppl)) > 1e-3 * float(r.ppl):
+            return None  # no windows, or windows that do not recompute this row
         out[int(r.seed)] = w
     return out
 
@@ -236,15 +272,10 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
     if d.empty:
         return pd.DataFrame()
     lengths = sorted(int(x) for x in d["L_eval"].unique())
-    # Evaluation settings that differ within one configuration make rows of their own (never a mean across them).
-    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S", "precision")}
+    d = d.assign(row=row_names(d))
     rows, index, stats = [], [], {}
-    for label, L, budget, S, prec in dict.fromkeys(zip(d["label"], d["L_train"], d["budget"], d["S"],
-                                                       d["precision"])):
-        r = d[(d["label"] == label) & (d["L_train"] == L) & (d["budget"] == budget) & (d["S"] == S)
-              & (d["precision"] == prec)]
-        name = (label + (f" · S={S}" if varies["S"] else "") + (f" · tokens={budget}" if varies["budget"] else "")
-                + (f" · {prec or 'precision ?'}" if varies["precision"] else ""))
+    for name, L in dict.fromkeys(zip(d["row"], d["L_train"])):
+        r = d[(d["row"] == name) & (d["L_train"] == L)]
         cells, means, kinds = {}, {}, set()
         for n in lengths:
             c = r[r["L_eval"] == n]
@@ -265,6 +296,15 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
     t = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
     t.attrs["best"] = best_marks(col, stats, lengths)
     return t
+
+
+def row_names(d: pd.DataFrame) -> list[str]:
+    """The table row of each eval row: its label, plus the evaluation settings (sliding stride S, token budget,
+    precision) that differ within its configuration — rows of other settings are never averaged together."""
+    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S", "precision")}
+    return [label + (f" · S={S}" if varies["S"] else "") + (f" · tokens={budget}" if varies["budget"] else "")
+            + (f" · {prec or 'precision ?'}" if varies["precision"] else "")
+            for label, budget, S, prec in zip(d["label"], d["budget"], d["S"], d["precision"])]
 
 
 def _cell_stats(col: Collected, c: pd.DataFrame) -> tuple[str | float, float, str]:
@@ -307,11 +347,11 @@ def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[t
         for members in by_group.values():
             members.sort(key=lambda x: x[0])
             best_mean, best_name, best_L, best_rows = members[0]
+            tests = [(name, L, _paired(col, c, best_rows)) for mean, name, L, c in members[1:]]
+            if any(p is None for _, _, p in tests):
+                continue  # a row without per-window losses cannot be tested: no claim about this group
             marks.add((best_name, best_L, n))
-            for mean, name, L, c in members[1:]:
-                p = _paired(col, c, best_rows)
-                if p is not None and not p.excludes_zero:
-                    marks.add((name, L, n))
+            marks |= {(name, L, n) for name, L, p in tests if not p.excludes_zero}
     return marks
 
 
@@ -333,18 +373,23 @@ def compare(col: Collected, a: str, b: str, split: str = "validation",
     schemes (rows matched by their scheme label): the same windows and seeds on both sides, a 95% interval over
     seeds (≥ 2 paired seeds) or a paired bootstrap over windows, and whether it excludes zero."""
     d = col.df
-    d = d[(d["split"] == split) & (d["status"] == "ok")]
+    d = d[d["split"] == split]
     out = []
     for missing in (x for x in (a, b) if x not in set(col.df["scheme"])):
         raise ConfigError(f"--compare: no rows for scheme {missing!r}; rows here: "
                           f"{', '.join(sorted(set(col.df['scheme'])))}")
-    settings = ["mode", "group", "L_train", "L_eval", "budget", "S", "precision", "step"]
+    settings = ["mode", "group", "L_train", "L_eval", "budget", "S", "precision", "step", "tokens_scored"]
     for (mode, *_), g in d.groupby(settings, sort=True):
         L, n = g["L_train"].iloc[0], g["L_eval"].iloc[0]
         ra, rb = g[g["scheme"] == a], g[g["scheme"] == b]
         if mode not in modes or ra.empty or rb.empty:
             continue
-        p = _paired(col, ra, rb)
+        # Pair the seeds both have with a finite number; say which were dropped and why.
+        bad = {int(x) for x in pd.concat([ra, rb]).query("status != 'ok'")["seed"]}
+        common = (set(ra["seed"]) & set(rb["seed"])) - bad
+        dropped = sorted((set(ra["seed"]) | set(rb["seed"])) - common)
+        ra, rb = ra[ra["seed"].isin(common)], rb[rb["seed"].isin(common)]
+        p = _paired(col, ra, rb) if common else None
         if p is None:
             continue
         label = ra["label"].iloc[0].replace(a, "", 1).lstrip(" ·")
@@ -354,7 +399,8 @@ def compare(col: Collected, a: str, b: str, split: str = "validation",
                     "difference": round(p.diff, 3), "95% interval": f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]",
                     "method": f"t, {p.interval.n} seeds" if p.interval.method == stats.T_METHOD
                     else f"paired bootstrap, {p.interval.n} windows",
-                    "excludes 0": "yes" if p.excludes_zero else "no", "verdict": verdict})
+                    "excludes 0": "yes" if p.excludes_zero else "no", "verdict": verdict,
+                    "seeds left out": ", ".join(map(str, dropped)) or "-"})
     if not out:
         raise ConfigError(f"--compare {a} {b}: no configuration has both with per-window losses (windows.csv); "
                           "re-evaluate the runs with `pe-bench eval RUN_DIR`")
@@ -435,10 +481,11 @@ def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", spl
     d = df[(df["mode"] == mode) & (df["split"] == split) & df["ppl"].notna()]
     if d.empty:
         return None
-    d = d[d["status"] == "ok"] if "status" in d else d
+    d = Collected(d[d["status"] == "ok"] if "status" in d else d).df
     if d.empty:
         return None
-    name = "label" if "label" in d else "scheme"
+    d = d.assign(row=row_names(d))
+    name = "row"
     per = d.groupby([name, "L_train", "L_eval"], sort=False)["ppl"].agg(["mean", "std"]).reset_index()
     fig, ax = _figure()
     for (scheme, L), g in per.groupby([name, "L_train"], sort=False):
@@ -456,9 +503,14 @@ def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", spl
     return path
 
 
-def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation") -> Path | None:
-    """Mean loss vs position inside the window at the longest evaluated length, one line per scheme variant."""
+def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation",
+                   df: pd.DataFrame | None = None) -> Path | None:
+    """Mean loss vs position inside the window at the longest evaluated length, one line per table row label
+    (with ``df``, the report's rows: only runs the report kept, labelled as in its tables)."""
     d = pos[pos["split"] == split] if not pos.empty else pos
+    if df is not None and not d.empty and "label" in df:
+        labels = df[["run", "scheme", "label"]].drop_duplicates(["run", "scheme"])
+        d = d.merge(labels, on=["run", "scheme"], how="inner").drop(columns="scheme").rename(columns={"label": "scheme"})
     if d.empty:
         return None
     longest = d["L_eval"].max()
@@ -535,5 +587,5 @@ def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, tit
     if plots:
         for m in modes:
             written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split))
-        written.append(plot_positions(pos, out / "loss_vs_position.png", split))
+        written.append(plot_positions(pos, out / "loss_vs_position.png", split, df))
     return [p for p in written if p is not None]

@@ -9,6 +9,7 @@ results/runs/<scheme>-<model>-<data>-L<L>-s<seed>-<hash>/
 from __future__ import annotations
 
 import csv
+import errno
 import fcntl
 import hashlib
 import io
@@ -178,6 +179,9 @@ class Run:
                                "or delete it") from None
 
     def load_checkpoint(self, device: torch.device | str = "cpu") -> dict[str, Any]:
+        if not self.checkpoint.exists():
+            raise RunFileError(f"{self.checkpoint} is missing: the run's weights are gone, so it cannot be evaluated "
+                               "again (its existing rows still report); train it again in a new results_dir")
         try:
             ckpt = torch.load(self.checkpoint, map_location=device, weights_only=False)
         except Exception as e:  # noqa: BLE001 - pickle/zip/OS errors of many types
@@ -198,7 +202,17 @@ class Run:
         meta = self.meta()
         meta.update(fields)
         meta["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        atomic_write_text(self.meta_path, json.dumps(meta, indent=2, default=str) + "\n")
+        text = json.dumps(meta, indent=2, default=str) + "\n"
+        try:
+            atomic_write_text(self.meta_path, text)
+        except OSError as e:
+            if e.errno != errno.ENOSPC or not self.meta_path.exists():
+                raise
+            # A full disk has no room for a second copy: overwrite the small file in place (its block is already
+            # allocated), so that the status still says why the run failed.
+            with self.meta_path.open("r+", encoding="utf-8") as f:
+                f.write(text)
+                f.truncate()
         return meta
 
     @property

@@ -196,11 +196,12 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             # The norm is computed either way (max_norm=inf scales by 1): a non-finite one means divergence.
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                                        tc.grad_clip if tc.grad_clip > 0 else float("inf"))
-            health.append((step + 1, total.detach(), grad_norm.detach()))
             opt.step()
             opt.zero_grad(set_to_none=True)
             completed = done = step + 1
-            window_losses.append(mean_across(world, total) if world.size > 1 else total)
+            reduced = mean_across(world, total) if world.size > 1 else total  # the same value on every rank
+            window_losses.append(reduced)
+            health.append((done, reduced.detach(), grad_norm.detach()))  # so every rank stops at the same step
             is_last = done == tc.steps
             if done % tc.log_interval == 0 or is_last:
                 check_finite()

@@ -271,7 +271,8 @@ def _synthetic(shift: float, seeds=(0,), windows=400, seed=0):
                          "mode": "nonoverlapping", "split": "validation", "stride": 64, "S": "", "budget": "4096",
                          "step": 10, "steps": 10, "seed": s, "status": "ok", "tokens_scored": int(tokens.sum()),
                          "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": name, "group": "g"})
-            win[(run, name, "validation", "64", "nonoverlapping", "64", "", "4096", "10", "")] = (nll, tokens)
+            win[(run, name, "validation", "64", "nonoverlapping", "64", "", "4096", "10", "",
+                 str(int(tokens.sum())))] = (nll, tokens)
     return Collected(pd.DataFrame(rows), win)
 
 
@@ -304,3 +305,37 @@ def test_a_run_is_never_resumed_or_evaluated_on_other_data_than_it_was_trained_o
     r = invoke("eval", run, "eval.max_tokens=1024")
     assert r.exit_code == 2 and "was trained on other data" in " ".join(r.output.split())
     assert json.loads((run / "meta.json").read_text())["data_fingerprint"]
+
+
+def test_two_configurations_never_share_a_row_even_with_the_same_label(smoke_args, tmp_path):
+    # rope evaluated as rope+yarn×8 (an eval-time variant) and rope TRAINED with YaRN×8 have the same label
+    args = [*smoke_args, "seed=0", "--no-progress"]
+    assert invoke("train", "scheme=rope", "scheme.eval_variants=[{scaling:{type:yarn,factor:8}}]", *args).exit_code == 0
+    assert invoke("train", "scheme=rope", "scheme.scaling.type=yarn", "scheme.scaling.factor=8",
+                  "scheme.eval_variants=[]", *args).exit_code == 0
+    r = invoke("report", tmp_path / "results", "--out", tmp_path / "rep", "--no-plots", "--mode", "nonoverlapping")
+    assert r.exit_code == 0, r.output
+    t = pd.read_csv(tmp_path / "rep" / "comparison.csv")
+    assert (t["seeds"] == 1).all() and len(t) == 3
+    yarn = sorted(x for x in t["scheme"] if x.startswith("rope+yarn×8"))
+    assert yarn == ["rope+yarn×8 · trained with scheme.scaling.factor=1.0, scheme.scaling.type=none",
+                    "rope+yarn×8 · trained with scheme.scaling.factor=8, scheme.scaling.type=yarn"], yarn
+
+
+def test_a_variant_that_changes_the_trained_model_is_refused_before_anything_runs(smoke_args, tmp_path):
+    r = invoke("sweep", "scheme=rope", "seed=0", "scheme.eval_variants=[{base:500}]", *smoke_args, "--no-progress")
+    assert r.exit_code == 2 and "scheme.eval_variants[0] changes base, which rope fixes at training" in r.output
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_a_finished_run_without_its_checkpoint_is_never_trained_again(smoke_args, tmp_path):
+    assert invoke("train", "scheme=nope", *smoke_args, "--no-progress").exit_code == 0
+    run = runs_of(tmp_path / "results")[0]
+    (run / "checkpoint.pt").unlink()  # to save disk space
+    train_csv = (run / "train.csv").read_bytes()
+    assert invoke("train", "scheme=nope", *smoke_args, "--no-progress").exit_code == 0  # nothing missing: done
+    r = invoke("train", "scheme=nope", "eval.max_tokens=1024", *smoke_args, "--no-progress")
+    assert r.exit_code == 2 and "checkpoint.pt is missing" in " ".join(r.output.split())
+    assert (run / "train.csv").read_bytes() == train_csv and not (run / "checkpoint.pt").exists()
+    r = invoke("sweep", "scheme=nope", "seed=0", *smoke_args, "--dry-run")
+    assert "finished (skipped)" in r.output
