@@ -260,18 +260,19 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
                         f"{meta.get('wall_seconds', '')}", escape(str(meta.get("error") or p.detail * (p.state in LEFT))))
     console.print(summary)
     runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
-    col = collect_all(runs) if runs else None
+    # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere
+    wanted = {p.run.path.name: (set(eval_lengths(p.cfg.eval, p.cfg.train.seq_len)), p.cfg.eval) for p in points}
+
+    def ours(df):
+        return [n in wanted[r][0] and b == str(wanted[r][1].max_tokens if m == "nonoverlapping"
+                                                else wanted[r][1].sliding_max_tokens)
+                for r, n, m, b in zip(df["run"], df["L_eval"], df["mode"], df["budget"])]
+
+    col = collect_all(runs, keep=ours) if runs else None
     for line in col.left_out if col is not None else []:
         err.print(f"left out of the report: {escape(line)}", highlight=False, soft_wrap=True)
     if col is not None and not col.df.empty:
         pos = collect_positions(runs)
-        # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere
-        wanted = {p.run.path.name: (set(eval_lengths(p.cfg.eval, p.cfg.train.seq_len)), p.cfg.eval) for p in points}
-        df = col.df
-        keep = [n in wanted[r][0] and b == str(wanted[r][1].max_tokens if m == "nonoverlapping"
-                                               else wanted[r][1].sliding_max_tokens)
-                for r, n, m, b in zip(df["run"], df["L_eval"], df["mode"], df["budget"])]
-        col.df = df[keep]
         split = points[0].cfg.eval.split
         _print_tables(col, split)
         _write_report(col, pos, out, title, split, MODES, plots=True)

@@ -9,6 +9,7 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -122,12 +123,13 @@ class Collected:
                 self.df = self.df.assign(**missing)
 
 
-def collect_all(runs: list[Run]) -> Collected:
+def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None) -> Collected:
     """Every trustworthy eval row of the given runs, in run order, with columns 'run', 'config' (the hash of the
     configuration without the seed: rows of one config are seed replicas), 'group' (also without the scheme: the
     rows that compete in one table) and 'label' (the scheme label plus the configuration keys that differ between
     the runs, e.g. ``nope · model.n_layers=2``). Unreadable files and unfinished runs are left out, each with one
-    line in ``left_out``; diverged runs give 'diverged' rows."""
+    line in ``left_out``; diverged runs give 'diverged' rows. ``keep(df)``: a row mask applied before the labels are
+    made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others."""
     frames, flat, flat_scheme, left = [], {}, {}, []
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     for run in runs:
@@ -174,6 +176,8 @@ def collect_all(runs: list[Run]) -> Collected:
     for c in ("loss", "ppl", "bpb"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
     df["step"] = pd.to_numeric(df["step"]).astype(int)
+    if keep is not None:
+        df = df[keep(df)].reset_index(drop=True)
     # A diverged run was never evaluated: its rows take the precision its configuration's other seeds were
     # evaluated in, so that they sit in the same table row (and make it say 'diverged').
     diverged = df["status"] == "diverged"
