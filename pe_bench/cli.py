@@ -14,20 +14,64 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pe_bench import schemes
-from pe_bench.config import ConfigError, apply_overrides, compose, from_yaml
-from pe_bench.data import DataError
-from pe_bench.distributed import StopRequested, stop_on_signals
-from pe_bench.runs import RunBusy
-from pe_bench.train import Diverged
+# Only light modules at import time: help, `schemes`, `--version`, `--cfg` and configuration errors answer without
+# importing torch (scripts/bench_cli_startup.py measures it). Commands import what they need.
+from pe_bench import __version__, schemes
+from pe_bench.config import GROUPS, ConfigError, apply_overrides, compose, preset_names, to_yaml
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.")
 # Off a terminal (logs, CI) rich would assume 80 columns and truncate numbers; tables are never cut.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def say(text: str) -> None:
+    """Print plain text: nothing in it is read as rich markup (``pip install 'pe-bench[plots]'`` stays whole)."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def warn(text: str) -> None:
+    """Plain text on stderr (never markup)."""
+    err.print(text, markup=False)
+
+
+def error(text: str) -> None:
+    """``error: <text>`` on stderr, the text never read as markup."""
+    err.print(f"[bold red]error:[/] {escape(text)}")
+
+
+def presets_help() -> str:
+    """The config groups and their presets, the sweeps and the schemes, read from configs/ (no imports)."""
+    lines = [f"{g + '=':<8} {', '.join(preset_names(g))}" for g in GROUPS]
+    lines.append(f"{'sweep=':<8} {', '.join(preset_names('sweep'))}   (pe-bench sweep)")
+    return ("\b\nConfig groups and their presets (configs/<group>/<preset>.yaml; `pe-bench schemes` describes the "
+            "schemes):\n" + "\n".join(lines) + "\nAny key can be set too: model.n_layers=2 train.seq_len=128 "
+            "eval.lengths=[64,1024]; `--cfg` prints the result.")
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.",
+                  epilog=presets_help())
 
 OVERRIDES_HELP = "Hydra overrides, e.g. scheme=rope model.n_layers=2 train=smoke eval.lengths=[64,128]"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pe-bench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                              help="Print pe-bench's version and exit.")) -> None:
+    """Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L."""
+
+
+def _raised(e: BaseException, module: str, name: str) -> bool:
+    """isinstance(e, module.name) without importing the module: an exception of a class from a module that was
+    never imported cannot have been raised."""
+    mod = sys.modules.get(module)
+    return mod is not None and isinstance(e, getattr(mod, name))
 
 
 def friendly(fn: Callable) -> Callable:
@@ -37,33 +81,38 @@ def friendly(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, DataError) as e:
-            err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("interrupted: run the same command again to resume from the last checkpoint")
-            raise typer.Exit(130) from None
-        except RunBusy as e:
-            err.print(f"[bold red]error:[/] {escape(str(e))}: let it finish, or stop that process first",
-                      highlight=False, soft_wrap=True)
-            raise typer.Exit(4) from None
-        except StopRequested as e:
-            err.print(f"{e} (on a signal); run the same command again to resume")
-            raise typer.Exit(3) from None
-        except Diverged as e:
-            err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
         except typer.Exit:
             raise
+        except KeyboardInterrupt:
+            warn("interrupted: run the same command again to resume from the last checkpoint")
+            raise typer.Exit(130) from None
         except Exception as e:
+            if isinstance(e, ConfigError) or _raised(e, "pe_bench.data", "DataError"):
+                error(str(e))
+                raise typer.Exit(2) from None
+            if _raised(e, "pe_bench.runs", "RunBusy"):
+                error(f"{e}: let it finish, or stop that process first")
+                raise typer.Exit(4) from None
+            if _raised(e, "pe_bench.distributed", "StopRequested"):
+                warn(f"{e} (on a signal); run the same command again to resume")
+                raise typer.Exit(3) from None
+            if _raised(e, "pe_bench.train", "Diverged"):
+                error(str(e))
+                raise typer.Exit(1) from None
             if os.environ.get("PE_BENCH_DEBUG"):
                 raise
-            what = escape(f"{type(e).__name__}: {e}")
-            err.print(f"[bold red]error:[/] {what} (PE_BENCH_DEBUG=1 shows the traceback)",
-                      highlight=False, soft_wrap=True)
+            error(f"{type(e).__name__}: {e} (PE_BENCH_DEBUG=1 shows the traceback)")
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def _print_cfg(cfg) -> None:
+    """The resolved config as YAML (valid YAML: the run directory is a comment)."""
+    from pe_bench.runs import run_dir_for
+
+    typer.echo(to_yaml(cfg).rstrip())
+    typer.echo(f"# run directory: {run_dir_for(cfg)}")
 
 
 def _print_tables(df, split: str) -> None:
@@ -73,7 +122,7 @@ def _print_tables(df, split: str) -> None:
     for mode in ("nonoverlapping", "sliding"):
         t = comparison(df, mode, split)
         if not t.empty:
-            console.print(rich_table(t, f"perplexity on {split} — {mode} (columns: eval length)"))
+            console.print(rich_table(t, escape(f"perplexity on {split} — {mode} (columns: eval length)")))
 
 
 def _print_run_table(run_path: Path, split: str) -> None:
@@ -82,16 +131,23 @@ def _print_run_table(run_path: Path, split: str) -> None:
 
     col = collect_all([Run(run_path)])
     for line in col.left_out:
-        err.print(f"left out: {escape(line)}", highlight=False, soft_wrap=True)
+        warn(f"left out: {line}")
     if not col.df.empty:
         _print_tables(col, split)
 
 
-@app.command()
+@app.command(epilog=presets_help())
 @friendly
 def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=OVERRIDES_HELP),
-          progress: bool = typer.Option(True, help="Show the progress bar.")) -> None:
+          progress: bool = typer.Option(True, help="Show the progress bar (off: plain log lines)."),
+          cfg_only: bool = typer.Option(False, "--cfg", help="Print the resolved config (YAML) and the run "
+                                        "directory, then exit; runs nothing.")) -> None:
     """Train one run and evaluate it at every eval length (resumes from its checkpoint if interrupted)."""
+    if cfg_only:
+        _print_cfg(compose(overrides or [], scheme=False))
+        return
+    compose(overrides or [], scheme=False)  # configuration errors first, before torch is imported
+    from pe_bench.distributed import stop_on_signals
     from pe_bench.experiment import run_one
 
     cfg = compose(overrides or [])
@@ -101,7 +157,7 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         return
     _print_run_table(run.path, cfg.eval.split)
     meta = run.meta()
-    console.print(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train, "
+    say(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train, "
                   f"{meta.get('wall_seconds')} s wall)")
 
 
@@ -113,11 +169,12 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                  help="eval.* overrides and the scheme's eval-time options, e.g. eval.lengths=[64,1024] "
                       "scheme.scaling.type=yarn scheme.scaling.factor=8"),
              partial: bool = typer.Option(False, "--partial", help="Evaluate an unfinished run's last checkpoint; "
-                                          "every row records the step its weights come from.")) -> None:
+                                          "every row records the step its weights come from."),
+             cfg_only: bool = typer.Option(False, "--cfg", help="Print the config the evaluation would use (the "
+                                           "run's, with these overrides) and exit.")) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
     learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label,
     beside rows of other evaluation settings."""
-    from pe_bench.experiment import check_eval_overrides, check_same_run, evaluate_run
     from pe_bench.runs import Run
 
     run = Run(run_dir)
@@ -126,6 +183,12 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                           "train one with `pe-bench train`")
     saved = run.load_config()
     cfg = apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
+    if cfg_only:
+        typer.echo(to_yaml(cfg).rstrip())
+        return
+    from pe_bench.distributed import stop_on_signals
+    from pe_bench.experiment import check_eval_overrides, check_same_run, evaluate_run
+
     check_eval_overrides(saved, cfg)
     if any(o.lstrip("+~").startswith("scheme") and not o.lstrip("+~").startswith("scheme.eval_variants")
            for o in overrides or []):
@@ -142,14 +205,14 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
         check_same_run(run, saved)
         evaluate_run(run, cfg, trained=saved)
     _print_run_table(run.path, cfg.eval.split)
-    console.print(f"updated {run.eval_csv}")
+    say(f"updated {run.eval_csv}")
 
 
 SWEEP_HELP = ("sweep=NAME (configs/sweep/NAME.yaml; default: default), sweep.KEY=VALUE to change it, and run "
               "overrides; comma lists are axes: scheme=rope,alibi seed=0,1,2 train.seq_len=64,128")
 
 
-@app.command()
+@app.command(epilog=presets_help())
 @friendly
 def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=SWEEP_HELP),
           dry_run: bool = typer.Option(False, "--dry-run", help="List the points and what would be skipped; run "
@@ -185,38 +248,40 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         return
     todo = [p for p in points if p.state != "done" and p.state not in BUSY + LEFT]
     if emit_sbatch and not todo:
-        console.print("nothing to emit: every point has finished or is running elsewhere")
+        say("nothing to emit: every point has finished or is running elsewhere")
         return
     if emit_sbatch:
         jobs, script = launchers.emit_sbatch(todo, sw.slurm, emit_sbatch, sw.name)
-        console.print(f"wrote {jobs} ({len(todo)} runs; {len(points) - len(todo)} finished or running left out) "
+        say(f"wrote {jobs} ({len(todo)} runs; {len(points) - len(todo)} finished or running left out) "
                       f"and {script}\nsubmit with: sbatch {script}")
         return
     check_data(points)  # a too-short evaluation split fails here, before any training
     results: dict[str, str] = {}
     if not todo:
-        console.print("nothing to do: every point has finished")
+        say("nothing to do: every point has finished")
     elif sw.launcher == "slurm":
         folder = Path(sw.slurm.folder or Path(points[0].cfg.results_dir) / "slurm")
         job = launchers.submit_slurm(todo, sw.slurm, folder, sw.name)
-        console.print(f"submitted job array {job}: {len(todo)} tasks, at most {sw.slurm.array_parallelism} at once "
+        say(f"submitted job array {job}: {len(todo)} tasks, at most {sw.slurm.array_parallelism} at once "
                       f"(logs: {folder / job}/)")
         if not sw.slurm.wait:
-            console.print(f"follow it with: squeue -j {job}   ·   when it is done: pe-bench sweep "
+            say(f"follow it with: squeue -j {job}   ·   when it is done: pe-bench sweep "
                           f"{' '.join(overrides or [])} (skips what finished, writes the report) or pe-bench report "
                           f"{points[0].cfg.results_dir}")
             return
         try:
-            launchers.wait_slurm(todo, job, sw.slurm.poll_s, console.print)
+            launchers.wait_slurm(todo, job, sw.slurm.poll_s, say)
         except KeyboardInterrupt:
-            console.print(f"stopped waiting; job array {job} keeps running (squeue -j {job}; scancel {job} stops it)")
+            say(f"stopped waiting; job array {job} keeps running (squeue -j {job}; scancel {job} stops it)")
             raise typer.Exit(130) from None
         results = {p.label: "trained" if p.run.status == "done" else "failed" for p in todo}
     elif sw.local.parallel > 1:
-        results = launchers.run_parallel(todo, sw.local.parallel, sw.local.threads, console.print)
+        results = launchers.run_parallel(todo, sw.local.parallel, sw.local.threads, say)
     else:
+        from pe_bench.distributed import stop_on_signals
+
         stop_on_signals()  # SIGTERM/SIGUSR1: the current point checkpoints at its next step, the sweep stops
-        results = launchers.run_sequential(todo, console.print, progress)
+        results = launchers.run_sequential(todo, say, progress)
     _finish_sweep(points, results, report_dir(sw, points), f"pe-bench sweep {' '.join(overrides or [])}".strip(),
                   time.perf_counter() - t0)
 
@@ -224,7 +289,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
 def _print_plan(points, name: str) -> None:
     from collections import Counter
 
-    table = Table(title=f"sweep {name}: {len(points)} points", header_style="bold")
+    table = Table(title=escape(f"sweep {name}: {len(points)} points"), header_style="bold")
     for c in ("#", "point", "state", "run directory"):
         table.add_column(c)
     for i, p in enumerate(points, 1):
@@ -235,7 +300,7 @@ def _print_plan(points, name: str) -> None:
              "retry": "failed before (retried)", "new": "to train", "diverged": "diverged before (not retried)",
              "corrupt": "unreadable (left out)"}
     counts = Counter(p.state for p in points)
-    console.print(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
+    say(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
 
 
 def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
@@ -256,7 +321,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
         status = results.get(p.label, "skipped" if p.state == "done" else p.state)
         if status == "failed" and meta.get("status") == "diverged":
             status = "diverged"
-        summary.add_row(p.run.path.name, status, f"{meta.get('train_tokens_per_s', '')}",
+        summary.add_row(escape(p.run.path.name), escape(status), f"{meta.get('train_tokens_per_s', '')}",
                         f"{meta.get('wall_seconds', '')}", escape(str(meta.get("error") or p.detail * (p.state in LEFT))))
     console.print(summary)
     runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
@@ -270,7 +335,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
 
     col = collect_all(runs, keep=ours) if runs else None
     for line in col.left_out if col is not None else []:
-        err.print(f"left out of the report: {escape(line)}", highlight=False, soft_wrap=True)
+        warn(f"left out of the report: {line}")
     if col is not None and not col.df.empty:
         pos = collect_positions(runs)
         split = points[0].cfg.eval.split
@@ -278,7 +343,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
         _write_report(col, pos, out, title, split, MODES, plots=True)
     counts = {k: sum(v == k for v in results.values()) for k in ("trained", "failed", "busy", "stopped")}
     counts["failed"] += left
-    console.print(f"{len(points)} points: {counts['trained']} trained, {skipped} skipped (finished before), "
+    say(f"{len(points)} points: {counts['trained']} trained, {skipped} skipped (finished before), "
                   f"{counts['failed']} failed, {counts['busy'] + busy} busy "
                   f"elsewhere, {counts['stopped']} stopped, in {seconds:.0f} s")
     if counts["failed"]:
@@ -334,7 +399,7 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     runs = [Run(p) for p in _find_runs(paths)]
     col, pos = collect_all(runs), collect_positions(runs)
     for line in col.left_out:
-        err.print(f"left out: {escape(line)}", highlight=False, soft_wrap=True)
+        warn(f"left out: {line}")
     df = col.df
     if df.empty:
         raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
@@ -365,7 +430,7 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     _print_tables(col, split)
     _write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes, plots)
     if col.left_out:
-        err.print(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
+        warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
                   f"{len(runs) - len(col.left_out)}")
 
 
@@ -376,18 +441,18 @@ def _write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool
         written = write_report(df, pos, out, title, split, modes, plots)
     except ImportError:
         written = write_report(df, pos, out, title, split, modes, plots=False)
-        err.print("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
+        warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
     for p in written:
-        console.print(f"wrote {p}")
+        say(f"wrote {p}")
 
 
 @app.command("schemes")
 def list_schemes() -> None:
-    """List the registered positional schemes, one line each: name, where it acts, what it is, citation."""
-    for name in schemes.available():
-        cls = schemes.get(name)
-        where = "+".join(cls.acts_on) or "-"
-        typer.echo(f"{name:<12} {where:<14} {cls.description}  [{cls.citation}]")
+    """List the registered positional schemes, one line each: name, where it acts, what it is, citation
+    (scheme=NAME picks one; configs/scheme/NAME.yaml holds its options)."""
+    for entry in schemes.catalog().values():
+        where = "+".join(entry.acts_on) or "-"
+        typer.echo(f"{entry.name:<12} {where:<14} {entry.description}  [{entry.citation}]")
 
 
 def main() -> None:

@@ -181,9 +181,7 @@ def scheme_spec(scheme_cfg: dict[str, Any]) -> SchemeSpec:
     cfg = dict(scheme_cfg)
     name = cfg.pop("name", None)
     variants = cfg.pop("eval_variants", None) or []
-    if name not in schemes.REGISTRY:
-        raise ConfigError(f"unknown scheme {name!r}; choose one of: {', '.join(schemes.available())} "
-                          "(`pe-bench schemes` describes them)")
+    _check_scheme_name(name)
     cls = schemes.get(name)
     _check_part_maps(cls, cfg, "scheme")
     options = _typed(cls.Options, cfg, "scheme")
@@ -192,6 +190,12 @@ def scheme_spec(scheme_cfg: dict[str, Any]) -> SchemeSpec:
         raise ConfigError(f"scheme.eval_variants={variants} must be a list of option maps, e.g. "
                           "[{beyond_table: clamp}] (null or [] for none)")
     return SchemeSpec(cls, options, [dict(v) for v in variants])
+
+
+def _check_scheme_name(name: Any) -> None:
+    if name not in schemes.available():
+        raise ConfigError(f"unknown scheme {name!r}; choose one of: {', '.join(schemes.available())} "
+                          "(`pe-bench schemes` describes them)")
 
 
 def with_options(spec: SchemeSpec, overrides: dict[str, Any], prefix: str = "scheme") -> SchemeSpec:
@@ -212,7 +216,7 @@ def _check_part_maps(cls: type, values: dict[str, Any], prefix: str) -> None:
         for i, part in enumerate(parts):
             if not isinstance(part, dict):
                 raise ConfigError(f"{prefix}.parts[{i}]={fmt(part)} must be a map of a scheme and its options, "
-                                  f"e.g. {{name: {part if isinstance(part, str) and part in schemes.REGISTRY else 'alibi'}}}")
+                                  f"e.g. {{name: {part if isinstance(part, str) and part in schemes.available() else 'alibi'}}}")
 
 
 def _check_parts(cls: type, options: Any, prefix: str) -> None:
@@ -262,34 +266,40 @@ def _omegaconf_message(e: OmegaConfBaseException, prefix: str, schema: type) -> 
     full = f"{prefix}.{key}" if prefix and key else (key or prefix)
     text = str(e).splitlines()[0]
     if "not in" in text or "Key '" in text and "not" in text:
-        return f"unknown config key '{full}'{_keys_hint(full, schema if prefix else Config)}"
+        return f"unknown config key '{full}'{_keys_hint(key, schema if prefix else Config, prefix)}"
     if "could not be converted" in text or "Invalid type" in text or "Value '" in text:
         return f"bad value for '{full}': {text}"
     return f"bad config at '{full}': {text}"
 
 
-def _keys_hint(full_key: str, schema: type = Config) -> str:
-    """'; valid keys in model: name, n_layers, ...' for an unknown dotted key, walking the dataclass schema
-    (a scheme's own Options when given as schema)."""
-    parts = full_key.split(".")[:-1]
-    if schema is Config:
-        if parts[:1] == ["scheme"]:
-            return "; see configs/scheme/<name>.yaml for that scheme's options"
-        for part in parts:
-            f = {f.name: f for f in dataclasses.fields(schema)}.get(part)
-            if f is None or f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
-                return ""
+def _keys_hint(key: str, schema: type = Config, prefix: str = "") -> str:
+    """'; valid keys in model: name, n_layers, ...' for an unknown dotted key (relative to ``schema``, shown under
+    ``prefix``), walking the dataclass schema down to the key's parent (a scheme's nested options included)."""
+    parts = key.split(".")[:-1]
+    if schema is Config and parts[:1] == ["scheme"]:
+        return "; see configs/scheme/<name>.yaml for that scheme's options"
+    for i, part in enumerate(parts):
+        f = {f.name: f for f in dataclasses.fields(schema)}.get(part)
+        if f is None:  # the unknown key is higher up: name the level where it goes wrong
+            group = ".".join(p for p in (prefix, *parts[:i]) if p) or "the config"
+            return f"; valid keys in {group}: {', '.join(f.name for f in dataclasses.fields(schema))}"
+        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             schema = type(f.default_factory())  # type: ignore[misc]
-            if not dataclasses.is_dataclass(schema):
-                return ""
-    group = ".".join(parts) or "the config"
+        elif dataclasses.is_dataclass(f.default):
+            schema = type(f.default)
+        else:
+            return ""
+        if not dataclasses.is_dataclass(schema):
+            return ""
+    group = ".".join(p for p in (prefix, *parts) if p) or "the config"
     return f"; valid keys in {group}: {', '.join(f.name for f in dataclasses.fields(schema))}"
 
 
-def validate(raw: DictConfig | dict[str, Any]) -> Config:
+def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
     """Raw (untyped) config → typed Config, with every value checked: keys and types (the schema), the declared
     range of every number (``ranged``), choices, the relations between fields, the data keys the chosen source
-    reads, and the scheme (with each eval variant and composite part) built once for the model's shape."""
+    reads, and the scheme (with each eval variant and composite part) built once for the model's shape.
+    ``scheme=False`` checks only the scheme's name: no torch import (``--cfg``, fast errors)."""
     try:
         merged = OmegaConf.merge(_structured(Config), raw)
         problem = range_problem(Config, OmegaConf.to_container(merged, resolve=True))
@@ -310,7 +320,10 @@ def validate(raw: DictConfig | dict[str, Any]) -> Config:
         raise ConfigError(f"eval.modes=[] is empty: list at least one of {', '.join(EVAL_MODES)}")
     _check_relations(cfg)
     _check_data_reads(cfg.data)
-    check_scheme(cfg)
+    if scheme:
+        check_scheme(cfg)
+    else:
+        _check_scheme_name(cfg.scheme.get("name"))
     return cfg
 
 
@@ -435,8 +448,10 @@ def _build(spec: SchemeSpec, shape: schemes.ModelShape, prefix: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Composition
 # ---------------------------------------------------------------------------------------------------------------
-def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """configs/config.yaml + Hydra overrides (``scheme=rope model.n_layers=2 eval.lengths=[64,128]``) → Config."""
+def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) -> Config:
+    """configs/config.yaml + Hydra overrides (``scheme=rope model.n_layers=2 eval.lengths=[64,128]``) → Config.
+    ``train=smoke`` without an ``eval=`` choice brings ``eval=smoke``: a smoke run is smoke end to end.
+    ``scheme=False``: every check but building the scheme (no torch import; see ``validate``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
@@ -444,15 +459,43 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> Config:
 
     ConfigStore.instance().store(name="pe_bench_schema", node=Config)  # config.yaml's first default
     overrides = list(overrides)
+    check_override_words(overrides)
     _check_group_choices(overrides)
+    chosen = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
+    if chosen.get("train") == "smoke" and "eval" not in chosen:
+        overrides.append("eval=smoke")
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             raw = hydra_compose(config_name="config", overrides=overrides)
     except MissingConfigException as e:
         raise ConfigError(str(e).splitlines()[0]) from None
     except Exception as e:  # noqa: BLE001 - Hydra/OmegaConf raise many unrelated types for bad overrides
-        raise ConfigError(_hydra_message(e)) from None
-    return validate(raw)
+        default = OmegaConf.load(config_dir() / "config.yaml").defaults[1].scheme
+        raise ConfigError(_hydra_message(e, chosen.get("scheme", default))) from None
+    return validate(raw, scheme=scheme)
+
+
+def check_override_words(words: list[str], command: str = "train") -> None:
+    """Hints for the two slips people make: a missing ``=`` (``scheme rope``) and a sweep axis (``a=1,2``) given
+    to a command that runs one configuration."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for i, w in enumerate(words):
+        if "=" in w or w.startswith("~"):
+            continue
+        after = words[i + 1] if i + 1 < len(words) else None
+        if after is not None and "=" not in after:
+            raise ConfigError(f"'{w} {after}': overrides are KEY=VALUE; did you mean {w}={after}?")
+        raise ConfigError(f"'{w}' is not KEY=VALUE; write e.g. {w}=... (`pe-bench {command} --help` lists the "
+                          "config groups and their presets)")
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(words))
+    except Exception as e:  # noqa: BLE001 - Hydra's grammar errors are several unrelated classes
+        raise ConfigError(f"cannot parse overrides: {str(e).splitlines()[0]}") from None
+    for o in parsed:
+        if o.is_sweep_override():
+            raise ConfigError(f"'{o.input_line}' is a sweep axis (several values) but `pe-bench {command}` runs "
+                              f"one configuration: use `pe-bench sweep {o.input_line} ...`, or give one value")
 
 
 def _check_group_choices(overrides: list[str]) -> None:
@@ -470,7 +513,8 @@ def preset_names(group: str) -> list[str]:
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 
-def _hydra_message(e: BaseException) -> str:
+def _hydra_message(e: BaseException, scheme_name: str | None = None) -> str:
+    """Hydra's error → one line. ``scheme_name``: the chosen scheme, to list its options for an unknown key."""
     while not str(e).strip() and e.__cause__ is not None:  # Hydra wraps parse errors in an empty exception
         e = e.__cause__
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -481,6 +525,8 @@ def _hydra_message(e: BaseException) -> str:
         return f"bad value for '{key}': {cause}"
     if "Could not override" in text or "not in struct" in text or "Key '" in text:
         key = lines[0].split("'")[1] if "'" in lines[0] else "?"
+        if key.startswith("scheme.") and scheme_name in schemes.available():
+            return f"unknown config key '{key}'{_keys_hint(key[7:], schemes.get(scheme_name).Options, 'scheme')}"
         return f"unknown config key '{key}'{_keys_hint(key)}"
     return lines[0] if lines else repr(e)
 
@@ -492,22 +538,21 @@ def apply_overrides(cfg: Config, overrides: list[str], allowed: tuple[str, ...] 
 
     raw = OmegaConf.structured(cfg)
     OmegaConf.set_struct(raw, False)
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except Exception as e:  # noqa: BLE001 - Hydra's grammar errors are several unrelated classes
-        raise ConfigError(f"cannot parse overrides: {str(e).splitlines()[0]}") from None
+    check_override_words(list(overrides), "eval")
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
     for o in parsed:
         key = o.key_or_group
         if key.split(".")[0] not in allowed:
             raise ConfigError(f"'{key}' cannot be changed here; allowed: {', '.join(a + '.*' for a in allowed)}")
-        if o.is_sweep_override():
-            raise ConfigError(f"'{o.input_line}' is a sweep; use `pe-bench sweep` for several values")
         value = o.value()
         if key in GROUPS:
             _check_group_choices([f"{key}={value}"])
             raw[key] = OmegaConf.load(config_dir() / key / f"{value}.yaml")
         else:
-            OmegaConf.update(raw, key, value, merge=True)
+            try:
+                OmegaConf.update(raw, key, value, merge=True)
+            except OmegaConfBaseException as e:
+                raise ConfigError(_omegaconf_message(e, "", Config)) from None
     return validate(raw)
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,17 +73,60 @@ def load_corpus(cfg: DataConfig):  # -> datasets.DatasetDict
             for split in SPLITS
         })
     if cfg.source == "hub":
+        offline = not Path(str(cfg.path)).expanduser().is_dir() and not hub_reachable()
         try:
-            out = datasets.DatasetDict({
-                split: datasets.load_dataset(cfg.path, cfg.hub_config, split=cfg.splits[split])
-                for split in SPLITS
-            })
+            with _hub_offline(offline):
+                out = datasets.DatasetDict({
+                    split: datasets.load_dataset(cfg.path, cfg.hub_config, split=cfg.splits[split])
+                    for split in SPLITS
+                })
         except Exception as e:  # noqa: BLE001 - network, auth and missing-dataset errors have many types
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise DataError(f"could not load hub dataset {cfg.path!r} ({first}); without internet use "
+            why = (f"the hub ({_hub_endpoint()}) cannot be reached and the dataset is not in the local cache"
+                   if offline else first)
+            raise DataError(f"could not load hub dataset {cfg.path!r} ({why}); without internet use "
                             "data=local data.path=FILE") from None
         return _cap(out, cfg)
     return _cap(_load_local(cfg), cfg)
+
+
+def _hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the hub's endpoint opens within ``timeout`` seconds. Offline, the datasets library
+    would otherwise retry each file for ~40 s before failing."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return False
+    url = urlparse(_hub_endpoint())
+    try:
+        with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def _hub_offline(offline: bool):
+    """With ``offline``: the hub libraries in offline mode for the block — cached datasets load, others fail at
+    once (their flags are read at import, so they are set on the modules, and restored after)."""
+    if not offline:
+        yield
+        return
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    saved = datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
 
 
 def _cap(dd, cfg: DataConfig):

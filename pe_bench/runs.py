@@ -16,17 +16,19 @@ import io
 import json
 import os
 import platform
+import re
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from pe_bench.config import Config, ConfigError, from_yaml, to_yaml
+
+if TYPE_CHECKING:
+    import torch
 
 CHECKPOINT = "checkpoint.pt"
 LOCK = ".lock"
@@ -104,6 +106,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def atomic_save(obj: Any, path: Path) -> None:
     with _replacing(path) as tmp:
+        import torch
+
         torch.save(obj, tmp)
 
 
@@ -125,7 +129,28 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def numerics(device: torch.device) -> str:
+    """What a run's numbers depend on beyond its config (README, "Determinism"): the torch version, the device
+    (the GPU model) and, on the CPU, the number of threads (reductions are split by thread). Recorded in meta.json;
+    runs that differ in it are never one table row."""
+    import torch
+
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    return f"torch {torch.__version__}, {where}"
+
+
+def numerics_of(meta: dict[str, Any]) -> str:
+    """meta.json's numerics; for runs recorded before it existed, rebuilt from its torch and device fields."""
+    if meta.get("numerics"):
+        return str(meta["numerics"])
+    device = str(meta.get("device", "?"))
+    m = re.match(r"cpu \(.*, (\d+) threads\)$", device)
+    return f"torch {meta.get('torch', '?')}, {f'cpu, {m.group(1)} threads' if m else device}"
+
+
 def device_name(device: torch.device) -> str:
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
@@ -183,6 +208,8 @@ class Run:
             raise RunFileError(f"{self.checkpoint} is missing: the run's weights are gone, so it cannot be evaluated "
                                "again (its existing rows still report); train it again in a new results_dir")
         try:
+            import torch
+
             ckpt = torch.load(self.checkpoint, map_location=device, weights_only=False)
         except Exception as e:  # noqa: BLE001 - pickle/zip/OS errors of many types
             raise RunFileError(f"{self.checkpoint} is unreadable ({_first_line(e)}); delete it to train the run "
@@ -249,7 +276,10 @@ class Run:
 
     @staticmethod
     def environment(device: torch.device) -> dict[str, Any]:
+        import torch
+
         from pe_bench import __version__
 
         return {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch.__version__,
-                "python": platform.python_version(), "device": device_name(device), "host": platform.node()}
+                "python": platform.python_version(), "device": device_name(device), "host": platform.node(),
+                "numerics": numerics(device), "cpu_capability": torch.backends.cpu.get_cpu_capability()}

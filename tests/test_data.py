@@ -85,6 +85,21 @@ def test_hub_failure_is_one_clear_line():
         data.load_corpus(cfg)
 
 
+def test_an_unreachable_hub_fails_at_once_with_one_line(monkeypatch):
+    """Offline, the datasets library retries each file for ~40 s; pe-bench checks the endpoint first (3 s at most)
+    and loads in offline mode: cached datasets still load, others fail at once."""
+    import time
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens, refused at once
+    assert not data.hub_reachable()
+    cfg = compose(["data=wikitext103", "data.path=no-such-org/no-such-dataset-xyz"]).data
+    t0 = time.perf_counter()
+    with pytest.raises(DataError, match=r"\(the hub \(http://127.0.0.1:9\) cannot be reached and the dataset is not "
+                                        r"in the local cache\); without internet use data=local"):
+        data.load_corpus(cfg)
+    assert time.perf_counter() - t0 < 15
+
+
 def test_bpe_tokenizer_trained_locally_counts_bytes_exactly(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("".join(f"The quick brown fox {i} jumps over the lazy dog — naïve café.\n" for i in range(3000)))

@@ -20,6 +20,9 @@ if WHY and os.environ.get("PE_BENCH_REQUIRE_SLURM"):  # CI brings Slurm up: its 
     raise RuntimeError(f"PE_BENCH_REQUIRE_SLURM is set but {WHY}")
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
 runner = CliRunner()
+# Started again within the second its previous instance ended, a requeued task is killed by slurmd ("Job credential
+# revoked", seen in slurmctld.log): credentials are revoked with 1 s granularity. Slurm's own BeginTime is ~2 min.
+START_SOON = "StartTime=now+5"
 
 
 def meta(run: Path) -> dict:
@@ -81,8 +84,8 @@ def test_a_task_signalled_before_its_time_limit_checkpoints_is_requeued_and_resu
     again = runner.invoke(app, ["sweep", "sweep=smoke", "scheme=alibi", "seed=0", "train.steps=5000",
                                 "train.ckpt_interval=0", f"results_dir={tmp_path}"])
     assert f"in Slurm job {job}: skipped" in again.output and "0 trained" in again.output  # not trained twice
-    # A requeued job waits for its BeginTime (about 2 min); as root we let it start now.
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False, capture_output=True)
+    # A requeued job waits for its BeginTime (about 2 min); as root we let it start sooner (see START_SOON).
+    subprocess.run(["scontrol", "update", f"JobId={job}", START_SOON], check=False, capture_output=True)
     wait_until(lambda: meta(run).get("status") == "done", 400, "the requeued task to finish", poll=1)
     assert meta(run)["resumed_from"] == [stopped_at]
     steps = list(pd.read_csv(run / "train.csv")["step"])
@@ -125,7 +128,7 @@ def test_an_sbatch_task_signalled_before_its_time_limit_is_requeued_and_resumes(
     wait_until(lambda: meta(run).get("status") == "interrupted", 60, "the checkpoint on the signal")
     stopped_at = meta(run)["checkpoint_step"]
     wait_until(lambda: any("PENDING" in ln for ln in squeue(job)), 60, "the requeue")
-    subprocess.run(["scontrol", "update", f"JobId={job}_1", "StartTime=now"], check=False, capture_output=True)
+    subprocess.run(["scontrol", "update", f"JobId={job}_1", START_SOON], check=False, capture_output=True)
     wait_until(lambda: meta(run).get("status") == "done", 400, "the requeued task to finish", poll=1)
     assert meta(run)["resumed_from"] == [stopped_at] and 0 < stopped_at < 5000
     assert list(pd.read_csv(run / "train.csv")["step"])[-1] == 5000

@@ -1,26 +1,108 @@
-"""Positional schemes. Every module in this package is imported here, so a new file registers itself."""
+"""Positional schemes. Every module in this package registers its schemes when imported, so a new file is all it
+takes; importing them (and torch) is deferred until a scheme class is needed.
+
+``available()`` and ``catalog()`` answer without importing torch: they read each module's class attributes from
+its source (``name``, ``description``, ``citation``, ``acts_on``, inherited within the module), so that
+``pe-bench --help``, ``pe-bench schemes`` and configuration errors answer in a fraction of a second. A test holds
+the catalog equal to the registry the imports build.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from pe_bench.schemes.base import REGISTRY, LengthNotSupported, ModelShape, Scheme
+if TYPE_CHECKING:
+    from pe_bench.schemes.base import LengthNotSupported, ModelShape, Scheme  # noqa: F401
 
-for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "base":
-        importlib.import_module(f"{__name__}.{_mod.name}")
+_LAZY = ("REGISTRY", "LengthNotSupported", "ModelShape", "Scheme")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A scheme as its source declares it (no import)."""
+
+    name: str
+    description: str
+    citation: str
+    acts_on: tuple[str, ...]
+    module: str
+
+
+def _modules() -> list[str]:
+    return [m.name for m in pkgutil.iter_modules(__path__) if m.name != "base"]
+
+
+@functools.lru_cache(maxsize=1)
+def catalog() -> dict[str, Entry]:
+    """name → Entry for every scheme class defined in this package, read from the source files."""
+    out: dict[str, Entry] = {}
+    for module in _modules():
+        tree = ast.parse((Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
+        classes: dict[str, tuple[list[str], dict[str, Any]]] = {}
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            attrs: dict[str, Any] = {}
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                        and stmt.targets[0].id in ("name", "description", "citation", "acts_on")):
+                    try:
+                        attrs[stmt.targets[0].id] = ast.literal_eval(stmt.value)
+                    except ValueError:
+                        pass
+            classes[node.name] = ([b.id for b in node.bases if isinstance(b, ast.Name)], attrs)
+
+        def lookup(cls: str, key: str, default: Any) -> Any:
+            bases, attrs = classes.get(cls, ([], {}))
+            if key in attrs:
+                return attrs[key]
+            for base in bases:  # inherited within the module (e.g. kerple's _Kerple)
+                if base in classes:
+                    found = lookup(base, key, None)
+                    if found is not None:
+                        return found
+            return default
+
+        for cls, (_, attrs) in classes.items():
+            name = attrs.get("name")
+            if name:
+                out[name] = Entry(name, lookup(cls, "description", ""), lookup(cls, "citation", ""),
+                                  tuple(lookup(cls, "acts_on", ())), module)
+    return dict(sorted(out.items()))
 
 
 def available() -> list[str]:
-    return sorted(REGISTRY)
+    return sorted(catalog())
+
+
+@functools.lru_cache(maxsize=1)
+def _load_all() -> None:
+    for module in _modules():
+        importlib.import_module(f"{__name__}.{module}")
 
 
 def get(name: str) -> type[Scheme]:
+    registry = __getattr__("REGISTRY")
     try:
-        return REGISTRY[name]
+        return registry[name]
     except KeyError:
         raise KeyError(f"unknown scheme {name!r}; choose one of: {', '.join(available())}") from None
 
 
-__all__ = ["REGISTRY", "LengthNotSupported", "ModelShape", "Scheme", "available", "get"]
+def __getattr__(attr: str) -> Any:
+    """REGISTRY, Scheme, ModelShape, LengthNotSupported: imported (with torch and every scheme) on first use."""
+    if attr not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+    from pe_bench.schemes import base
+
+    _load_all()
+    return getattr(base, attr)
+
+
+__all__ = ["REGISTRY", "Entry", "LengthNotSupported", "ModelShape", "Scheme", "available", "catalog", "get"]
