@@ -20,7 +20,7 @@ from rich.table import Table
 from pe_bench import stats
 from pe_bench.build import build_scheme
 from pe_bench.config import Config, ConfigError
-from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, read_csv
+from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of, read_csv
 
 MODES = ("nonoverlapping", "sliding")
 
@@ -123,6 +123,13 @@ class Collected:
                 self.df = self.df.assign(**missing)
 
 
+def _numerics(run: Run) -> str | None:
+    try:
+        return numerics_of(run.meta())
+    except RunFileError:
+        return None
+
+
 def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None) -> Collected:
     """Every trustworthy eval row of the given runs, in run order, with columns 'run', 'config' (the hash of the
     configuration without the seed: rows of one config are seed replicas), 'group' (also without the scheme: the
@@ -132,6 +139,9 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others."""
     frames, flat, flat_scheme, left = [], {}, {}, []
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    # Runs made with another torch, device or CPU thread count do not give the same numbers (README, "Determinism"):
+    # when the runs disagree on it, it is part of each configuration's identity (and of its label).
+    mixed = len({_numerics(run) for run in runs} - {None}) > 1
     for run in runs:
         try:
             meta = run.meta()
@@ -152,8 +162,10 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
             left.append(str(e))
             continue
         ident = identity(cfg, seed=False)
+        if mixed:
+            ident["numerics"] = numerics_of(meta)
         config_id = digest(ident)
-        group = digest({k: v for k, v in ident.items() if k != "scheme"})
+        group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
         flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         flat_scheme[config_id] = _flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
         d = pd.DataFrame(rows)
@@ -479,62 +491,6 @@ def rich_table(t: pd.DataFrame, title: str) -> Table:
     return table
 
 
-def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", split: str = "validation") -> Path | None:
-    """Perplexity vs eval length (log2 x axis), one line per scheme variant and training length, shaded ± std
-    over seeds. Returns the path, or None when there is nothing to plot."""
-    d = df[(df["mode"] == mode) & (df["split"] == split) & df["ppl"].notna()]
-    if d.empty:
-        return None
-    d = Collected(d[d["status"] == "ok"] if "status" in d else d).df
-    if d.empty:
-        return None
-    d = d.assign(row=row_names(d))
-    name = "row"
-    per = d.groupby([name, "L_train", "L_eval"], sort=False)["ppl"].agg(["mean", "std"]).reset_index()
-    fig, ax = _figure()
-    for (scheme, L), g in per.groupby([name, "L_train"], sort=False):
-        g = g.sort_values("L_eval")
-        label = scheme if d["L_train"].nunique() == 1 else f"{scheme} (L={L})"
-        (line,) = ax.plot(g["L_eval"], g["mean"], marker="o", ms=3, label=label)
-        ax.fill_between(g["L_eval"], g["mean"] - g["std"].fillna(0), g["mean"] + g["std"].fillna(0),
-                        color=line.get_color(), alpha=0.2, lw=0)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel(f"perplexity ({split}, {mode})")
-    ax.grid(True, which="both", alpha=0.3)
-    _save(fig, ax, path)
-    return path
-
-
-def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation",
-                   df: pd.DataFrame | None = None) -> Path | None:
-    """Mean loss vs position inside the window at the longest evaluated length, one line per table row label
-    (with ``df``, the report's rows: only runs the report kept, labelled as in its tables)."""
-    d = pos[pos["split"] == split] if not pos.empty else pos
-    if df is not None and not d.empty and "label" in df:
-        labels = df[["run", "scheme", "label"]].drop_duplicates(["run", "scheme"])
-        d = d.merge(labels, on=["run", "scheme"], how="inner").drop(columns="scheme").rename(columns={"label": "scheme"})
-    if d.empty:
-        return None
-    longest = d["L_eval"].max()
-    d = d[d["L_eval"] == longest]
-    fig, ax = _figure()
-    for (scheme, L), g in d.groupby(["scheme", "L_train"], sort=False):
-        g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)[["nll", "tokens"]]
-             .sum().reset_index())  # token-weighted over seeds
-        g["mid"], g["loss"] = (g["pos_start"] + g["pos_end"]) / 2, g["nll"] / g["tokens"]
-        label = scheme if d["L_train"].nunique() == 1 else f"{scheme} (L={L})"
-        ax.plot(g["mid"], g["loss"], marker="o", ms=3, label=label)
-    for L in sorted(d["L_train"].unique()):
-        ax.axvline(L, color="grey", ls="--", lw=0.8)
-    ax.set_xlabel(f"position inside a {longest}-token window (dashed: training length)")
-    ax.set_ylabel(f"mean loss, nats/token ({split})")
-    ax.grid(True, alpha=0.3)
-    _save(fig, ax, path)
-    return path
-
-
 def collect_positions(runs: list[Run]) -> pd.DataFrame:
     rows = []
     for run in runs:
@@ -551,33 +507,6 @@ def collect_positions(runs: list[Run]) -> pd.DataFrame:
     return df
 
 
-def _figure():
-    """A headless figure whose style cycle gives 30 distinguishable lines (10 colours × solid, dashed, dotted):
-    one per table row, even for the whole zoo with its extension rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from cycler import cycler
-
-    fig, ax = plt.subplots(figsize=(10, 5.5), dpi=120)
-    ax.set_prop_cycle(cycler(linestyle=["-", "--", ":"]) * cycler(color=plt.get_cmap("tab10").colors))
-    return fig, ax
-
-
-def _save(fig, ax, path: Path) -> None:
-    """Legend, then a deterministic PNG (no timestamp metadata), written atomically."""
-    import matplotlib.pyplot as plt
-
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside, not over, the lines
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", metadata={"Software": None})
-    plt.close(fig)
-    tmp.replace(path)
-
-
 def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
                  modes: tuple[str, ...] | list[str] = MODES, plots: bool = True) -> list[Path]:
     """Everything `pe-bench report` writes: eval_long.csv, comparison.csv/.md and (with matplotlib) the plots.
@@ -589,7 +518,9 @@ def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, tit
     atomic_write_text(out / "eval_long.csv", df.to_csv(index=False))
     written = [out / "eval_long.csv", *write_tables(col, out, title, split)]
     if plots:
+        from pe_bench.plots import plot_lengths, plot_positions
+
         for m in modes:
-            written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split))
-        written.append(plot_positions(pos, out / "loss_vs_position.png", split, df))
+            written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split, title))
+        written.append(plot_positions(pos, out / "loss_vs_position.png", split, df, title))
     return [p for p in written if p is not None]

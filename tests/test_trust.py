@@ -339,3 +339,28 @@ def test_a_finished_run_without_its_checkpoint_is_never_trained_again(smoke_args
     assert (run / "train.csv").read_bytes() == train_csv and not (run / "checkpoint.pt").exists()
     r = invoke("sweep", "scheme=nope", "seed=0", *smoke_args, "--dry-run")
     assert "finished (skipped)" in r.output
+
+
+def test_runs_made_with_other_numerics_are_never_one_row(smoke_args, tmp_path):
+    """Two machines (here: two CPU thread counts) give slightly different numbers for one configuration; a report
+    over both folders keeps them apart and says why, instead of averaging them as seed replicas."""
+    import torch
+
+    threads = torch.get_num_threads()
+    common = ["scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32", "--no-progress"]
+    try:
+        assert invoke("train", *common, "seed=0", "train.threads=1", f"results_dir={tmp_path / 'a'}").exit_code == 0
+        assert invoke("train", *common, "seed=1", "train.threads=2", f"results_dir={tmp_path / 'b'}").exit_code == 0
+    finally:
+        torch.set_num_threads(threads)
+    r = invoke("report", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "rep", "--no-plots", "--mode",
+               "nonoverlapping")
+    assert r.exit_code == 0, r.output
+    t = pd.read_csv(tmp_path / "rep" / "comparison.csv")
+    v = torch.__version__
+    assert sorted(t["scheme"]) == [f"nope · numerics=torch {v}, cpu, 1 threads",
+                                   f"nope · numerics=torch {v}, cpu, 2 threads"]
+    assert (t["seeds"] == 1).all()
+    # one folder alone (one kind of numerics): labels and config hashes as before
+    r = invoke("report", tmp_path / "a", "--out", tmp_path / "rep1", "--no-plots", "--mode", "nonoverlapping")
+    assert list(pd.read_csv(tmp_path / "rep1" / "comparison.csv")["scheme"]) == ["nope"]
