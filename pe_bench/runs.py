@@ -131,16 +131,20 @@ def git_sha() -> str | None:
 
 def numerics(device: torch.device) -> str:
     """What a run's numbers depend on beyond its config (README, "Determinism"): the torch version, the device
-    (the GPU model) and, on the CPU, the number of threads (reductions are split by thread). Recorded in meta.json;
+    (the GPU model) and, on the CPU, the kernels' instruction set and the number of threads (reductions are split
+    by thread). Recorded in meta.json;
     runs that differ in it are never one table row."""
     import torch
 
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
-    return f"torch {torch.__version__}, {where}"
+    if device.type == "cuda":
+        return f"torch {torch.__version__}, {torch.cuda.get_device_name(device)}"
+    isa = torch.backends.cpu.get_cpu_capability()  # the kernels torch dispatches to (AVX2, AVX512, ...)
+    return f"torch {torch.__version__}, cpu {isa}, {torch.get_num_threads()} threads"
 
 
 def numerics_of(meta: dict[str, Any]) -> str:
-    """meta.json's numerics; for runs recorded before it existed, rebuilt from its torch and device fields."""
+    """meta.json's numerics; for runs recorded before it existed, rebuilt from its torch and device fields (the
+    instruction set was not recorded then)."""
     if meta.get("numerics"):
         return str(meta["numerics"])
     device = str(meta.get("device", "?"))
@@ -282,4 +286,4 @@ class Run:
 
         return {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch.__version__,
                 "python": platform.python_version(), "device": device_name(device), "host": platform.node(),
-                "numerics": numerics(device), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+                "numerics": numerics(device)}

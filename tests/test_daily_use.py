@@ -149,5 +149,19 @@ def test_every_run_records_what_its_numbers_depend_on(rope_run):
     import torch
 
     meta = json.loads((rope_run / "meta.json").read_text())
-    assert meta["numerics"] == f"torch {torch.__version__}, cpu, {torch.get_num_threads()} threads"
-    assert meta["cpu_capability"]
+    isa = torch.backends.cpu.get_cpu_capability()
+    assert meta["numerics"] == f"torch {torch.__version__}, cpu {isa}, {torch.get_num_threads()} threads"
+
+
+def test_outputs_of_documented_commands_are_git_ignored_and_committed_reports_are_not():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = ["results/runs/x/meta.json", "results/smoke/comparison.csv", "results/report/comparison.md",
+             "results/slurm/1/log.out", "results/mysweep/comparison.csv", "results/paper/runs/x/eval.csv",
+             "results/paper/comparison.md", "results/default/comparison.csv", "results/benchmarks/cpu.md"]
+    p = subprocess.run(["git", "check-ignore", "--no-index", *paths], capture_output=True, text=True, cwd=root,
+                       check=False)
+    assert p.stdout.split() == paths[:6]

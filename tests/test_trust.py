@@ -357,9 +357,9 @@ def test_runs_made_with_other_numerics_are_never_one_row(smoke_args, tmp_path):
                "nonoverlapping")
     assert r.exit_code == 0, r.output
     t = pd.read_csv(tmp_path / "rep" / "comparison.csv")
-    v = torch.__version__
-    assert sorted(t["scheme"]) == [f"nope · numerics=torch {v}, cpu, 1 threads",
-                                   f"nope · numerics=torch {v}, cpu, 2 threads"]
+    v, isa = torch.__version__, torch.backends.cpu.get_cpu_capability()
+    assert sorted(t["scheme"]) == [f"nope · numerics=torch {v}, cpu {isa}, 1 threads",
+                                   f"nope · numerics=torch {v}, cpu {isa}, 2 threads"]
     assert (t["seeds"] == 1).all()
     # one folder alone (one kind of numerics): labels and config hashes as before
     r = invoke("report", tmp_path / "a", "--out", tmp_path / "rep1", "--no-plots", "--mode", "nonoverlapping")
