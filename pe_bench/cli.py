@@ -241,49 +241,32 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         raise ConfigError(f"--launcher {sw.launcher!r} is not one of: local, slurm")
     if parallel is not None and parallel < 1:
         raise ConfigError(f"--parallel {parallel}: give at least 1 (the number of processes at once)")
+    command = f"pe-bench sweep {' '.join(overrides or [])}".strip()
+    run_with = launchers.for_sweep(sw, command, emit_sbatch, progress)
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
     _print_plan(points, sw.name)
     if dry_run:
         return
     todo = [p for p in points if p.state != "done" and p.state not in BUSY + LEFT]
-    if emit_sbatch and not todo:
-        say("nothing to emit: every point has finished or is running elsewhere")
-        return
-    if emit_sbatch:
-        jobs, script = launchers.emit_sbatch(todo, sw.slurm, emit_sbatch, sw.name)
-        say(f"wrote {jobs} ({len(todo)} runs; {len(points) - len(todo)} finished or running left out) "
-                      f"and {script}\nsubmit with: sbatch {script}")
-        return
-    check_data(points)  # a too-short evaluation split fails here, before any training
-    results: dict[str, str] = {}
     if not todo:
-        say("nothing to do: every point has finished")
-    elif sw.launcher == "slurm":
-        folder = Path(sw.slurm.folder or Path(points[0].cfg.results_dir) / "slurm")
-        job = launchers.submit_slurm(todo, sw.slurm, folder, sw.name)
-        say(f"submitted job array {job}: {len(todo)} tasks, at most {sw.slurm.array_parallelism} at once "
-                      f"(logs: {folder / job}/)")
-        if not sw.slurm.wait:
-            say(f"follow it with: squeue -j {job}   ·   when it is done: pe-bench sweep "
-                          f"{' '.join(overrides or [])} (skips what finished, writes the report) or pe-bench report "
-                          f"{points[0].cfg.results_dir}")
+        say("nothing to emit: every point has finished or is running elsewhere" if not run_with.trains_here
+            else "nothing to do: every point has finished")
+        if not run_with.trains_here:
             return
-        try:
-            launchers.wait_slurm(todo, job, sw.slurm.poll_s, say)
-        except KeyboardInterrupt:
-            say(f"stopped waiting; job array {job} keeps running (squeue -j {job}; scancel {job} stops it)")
-            raise typer.Exit(130) from None
-        results = {p.label: "trained" if p.run.status == "done" else "failed" for p in todo}
-    elif sw.local.parallel > 1:
-        results = launchers.run_parallel(todo, sw.local.parallel, sw.local.threads, say)
+        results: dict[str, str] | None = {}
     else:
-        from pe_bench.distributed import stop_on_signals
-
-        stop_on_signals()  # SIGTERM/SIGUSR1: the current point checkpoints at its next step, the sweep stops
-        results = launchers.run_sequential(todo, say, progress)
-    _finish_sweep(points, results, report_dir(sw, points), f"pe-bench sweep {' '.join(overrides or [])}".strip(),
-                  time.perf_counter() - t0)
+        if run_with.trains_here:
+            check_data(points)  # a too-short evaluation split fails here, before any training
+        if isinstance(run_with, launchers.SbatchScript):
+            run_with.skipped = len(points) - len(todo)
+        try:
+            results = run_with.launch(todo, say)
+        except launchers.StoppedWaiting:  # Ctrl-C while waiting on a Slurm array: the array keeps running
+            raise typer.Exit(130) from None
+        if results is None:  # handed to a scheduler: the next `pe-bench sweep` (or `pe-bench report`) reports
+            return
+    _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0)
 
 
 def _print_plan(points, name: str) -> None:

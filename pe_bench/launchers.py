@@ -1,5 +1,7 @@
-"""Where a sweep's points run: here one after another, here as N processes, as one Slurm job array (submitit),
-or as a plain sbatch script for clusters without Python access to the scheduler."""
+"""Where a sweep's points run, behind one interface (``Launcher.launch``): here one after another (``Sequential``),
+here as N processes (``Parallel``), as one Slurm job array through submitit (``SlurmArray``), or as a plain sbatch
+script for clusters without Python access to the scheduler (``SbatchScript``). ``for_sweep`` picks one from the
+sweep config and the command line's flags; the CLI only prints what they say."""
 
 from __future__ import annotations
 
@@ -10,13 +12,99 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pe_bench.config import Config, ConfigError
-from pe_bench.runs import Run, RunBusy, atomic_write_text, run_dir_for
-from pe_bench.sweep import Point, SlurmLauncher
+from pe_bench.runs import Run, RunBusy, atomic_write_text
+from pe_bench.sweep import Point, SlurmLauncher, SweepConfig, squeue_tasks
 
 Say = Callable[[str], None]
+
+
+class StoppedWaiting(Exception):
+    """Ctrl-C while waiting on a Slurm job array: the array keeps running; nothing is reported."""
+
+
+class Launcher:
+    """Runs (or hands over) the points still to do. ``launch`` returns each point's outcome by label — "trained",
+    "failed", "busy" or "stopped" — or None when the points were handed to a scheduler that runs them later (the
+    sweep then stops: its report is written by the next `pe-bench sweep` or `pe-bench report`)."""
+
+    trains_here = True  # False: the points run elsewhere, later (a script to submit)
+
+    def launch(self, todo: list[Point], say: Say) -> dict[str, str] | None:
+        raise NotImplementedError
+
+
+@dataclass
+class Sequential(Launcher):
+    progress: bool = True
+
+    def launch(self, todo: list[Point], say: Say) -> dict[str, str]:
+        from pe_bench.distributed import stop_on_signals
+
+        stop_on_signals()  # SIGTERM/SIGUSR1: the current point checkpoints at its next step, the sweep stops
+        return run_sequential(todo, say, self.progress)
+
+
+@dataclass
+class Parallel(Launcher):
+    parallel: int
+    threads: int | None = None
+
+    def launch(self, todo: list[Point], say: Say) -> dict[str, str]:
+        return run_parallel(todo, self.parallel, self.threads, say)
+
+
+@dataclass
+class SlurmArray(Launcher):
+    sc: SlurmLauncher
+    folder: Path | None
+    name: str
+    again: str  # the command that collects the results later
+
+    def launch(self, todo: list[Point], say: Say) -> dict[str, str] | None:
+        folder = self.folder or Path(todo[0].cfg.results_dir) / "slurm"
+        job = submit_slurm(todo, self.sc, folder, self.name)
+        say(f"submitted job array {job}: {len(todo)} tasks, at most {self.sc.array_parallelism} at once "
+            f"(logs: {folder / job}/)")
+        if not self.sc.wait:
+            say(f"follow it with: squeue -j {job}   ·   when it is done: {self.again} (skips what finished, writes "
+                f"the report) or pe-bench report {todo[0].cfg.results_dir}")
+            return None
+        try:
+            wait_slurm(todo, job, self.sc.poll_s, say)
+        except KeyboardInterrupt:
+            say(f"stopped waiting; job array {job} keeps running (squeue -j {job}; scancel {job} stops it)")
+            raise StoppedWaiting(job) from None
+        return {p.label: "trained" if p.run.status == "done" else "failed" for p in todo}
+
+
+@dataclass
+class SbatchScript(Launcher):
+    sc: SlurmLauncher
+    out: Path
+    name: str
+    skipped: int = 0  # finished or running points, named in the message
+    trains_here = False
+
+    def launch(self, todo: list[Point], say: Say) -> None:
+        jobs, script = emit_sbatch(todo, self.sc, self.out, self.name)
+        say(f"wrote {jobs} ({len(todo)} runs; {self.skipped} finished or running left out) and {script}\n"
+            f"submit with: sbatch {script}")
+        return None
+
+
+def for_sweep(sw: SweepConfig, again: str, emit_sbatch_dir: Path | None = None, progress: bool = True) -> Launcher:
+    """The launcher a sweep config (with the command line's flags applied) asks for."""
+    if emit_sbatch_dir is not None:
+        return SbatchScript(sw.slurm, emit_sbatch_dir, sw.name)
+    if sw.launcher == "slurm":
+        return SlurmArray(sw.slurm, Path(sw.slurm.folder) if sw.slurm.folder else None, sw.name, again)
+    if sw.local.parallel > 1:
+        return Parallel(sw.local.parallel, sw.local.threads)
+    return Sequential(progress)
 
 
 def run_point(cfg: Config, progress: bool = False) -> str:
@@ -25,7 +113,7 @@ def run_point(cfg: Config, progress: bool = False) -> str:
     from pe_bench.distributed import StopRequested
     from pe_bench.experiment import record_failure, run_one
 
-    run = Run(run_dir_for(cfg))
+    run = Run.for_config(cfg)
     try:
         run_one(cfg, progress=progress)
         return "trained"
@@ -169,18 +257,6 @@ def absolute(cfg: Config) -> Config:
 
     return replace(cfg, results_dir=str(Path(cfg.results_dir).resolve()),
                    cache_dir=str(Path(cfg.cache_dir).expanduser().resolve()))
-
-
-def squeue_tasks(array_id: str) -> int | None:
-    """How many tasks of the array Slurm still holds (pending, running, requeued); None if squeue did not answer."""
-    try:
-        p = subprocess.run(["squeue", "-h", "-r", "-j", array_id, "-o", "%i %T"], capture_output=True, text=True,
-                           timeout=60, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if p.returncode != 0:  # also "Invalid job id" once Slurm has purged a finished job (MinJobAge)
-        return 0 if "Invalid job id" in p.stderr else None
-    return len([ln for ln in p.stdout.splitlines() if ln.strip()])
 
 
 def wait_slurm(points: list[Point], array_id: str, poll_s: float, say: Say) -> None:

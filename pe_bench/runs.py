@@ -62,6 +62,7 @@ class RunFileError(ConfigError):
 
 
 def run_dir_for(cfg: Config) -> Path:
+    """The one place a run directory is derived from a config: <results_dir>/runs/<run_name>."""
     return Path(cfg.results_dir) / "runs" / run_name(cfg)
 
 
@@ -180,6 +181,11 @@ class Run:
         self.eval_csv = self.path / "eval.csv"
         self.positions_csv = self.path / "positions.csv"
         self.checkpoint = self.path / CHECKPOINT
+
+    @classmethod
+    def for_config(cls, cfg: Config) -> Run:
+        """The run directory of a config (``run_dir_for``)."""
+        return cls(run_dir_for(cfg))
 
     def create(self, cfg: Config) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

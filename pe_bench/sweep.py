@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes
 from pe_bench.config import GROUPS, Config, ConfigError, _omegaconf_message, compose, config_dir, preset_names
-from pe_bench.runs import Run, run_dir_for
+from pe_bench.runs import Run
 
 LAUNCHERS = ("local", "slurm")
 
@@ -195,7 +195,7 @@ def plan(points: list[list[str]]) -> list[Point]:
     out = []
     for overrides in points:
         cfg = compose(overrides)
-        out.append(inspect(Point(overrides, cfg, Run(run_dir_for(cfg)))))
+        out.append(inspect(Point(overrides, cfg, Run.for_config(cfg))))
     varying = [i for i in range(len(points[0])) if len({tuple(p)[i] for p in points}) > 1] if points else []
     for p in out:
         p.short = " ".join(p.overrides[i] for i in varying)
@@ -212,19 +212,27 @@ LEFT = ("diverged", "corrupt")  # not run again, counted as failures: a determin
 # unreadable run directory needs a person (the message says what to do), and never blocks the other points
 
 
-def slurm_job_alive(job: str) -> bool:
-    """True while Slurm still holds this job or array task (pending, running, requeued)."""
+def squeue_tasks(job: str) -> int | None:
+    """How many tasks of a job (an array, or one array task ``123_4``) Slurm still holds — pending, running,
+    requeued; 0 once it has left the queue; None when squeue did not answer (or there is no Slurm here)."""
     import shutil
     import subprocess
 
     if shutil.which("squeue") is None:
-        return False
+        return None
     try:
-        p = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30,
-                           check=False)
+        p = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%i %T"], capture_output=True, text=True,
+                           timeout=60, check=False)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return p.returncode == 0 and bool(p.stdout.strip())
+        return None
+    if p.returncode != 0:  # also "Invalid job id" once Slurm has purged a finished job (MinJobAge)
+        return 0 if "Invalid job id" in p.stderr else None
+    return len([ln for ln in p.stdout.splitlines() if ln.strip()])
+
+
+def slurm_job_alive(job: str) -> bool:
+    """True while Slurm still holds this job or array task (pending, running, requeued)."""
+    return bool(squeue_tasks(job))
 
 
 def inspect(point: Point) -> Point:
@@ -283,3 +291,116 @@ def check_data(points: list[Point]) -> None:
 
 def report_dir(sweep: SweepConfig, points: list[Point]) -> Path:
     return Path(sweep.out) if sweep.out else Path(points[0].cfg.results_dir) / sweep.name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# How long the points still to do will take, from finished runs of the same shape
+# ---------------------------------------------------------------------------------------------------------------
+TODO = ("new", "retry", "resume")  # the states a sweep trains; busy and left-out points take none of its time
+
+
+def estimate(points: list[Point], parallel: int = 1) -> tuple[float | None, str]:
+    """(seconds, basis) for the points still to do, from the finished runs in their results directories.
+
+    A point's time is the median wall time of finished runs of the same shape (model, vocabulary, train recipe —
+    steps, batch, seq_len, grad_accum — evaluation lengths/modes/budgets, scheme), or failing that of any scheme with
+    the same model, recipe and evaluation (said in the basis); a resumed point counts the training still to do from
+    its checkpoint_step. ``parallel`` points at once: the total divided among them (never less than the longest
+    point). Any point with no such run → (None, why): unknown rather than a guess."""
+    from pe_bench.config import to_dict
+
+    todo = [p for p in points if p.state in TODO]
+    if not todo:
+        return 0.0, "nothing to do"
+    finished = _finished_runs({Path(p.cfg.results_dir) / "runs" for p in todo})
+    times, fallback, unknown, used, devices = [], 0, 0, set(), set()
+    for p in todo:
+        shape = _shape(to_dict(p.cfg))
+        matches = [f for f in finished if f[0] == shape and f[1] == p.cfg.scheme["name"]]
+        if not matches:
+            matches = [f for f in finished if f[0] == shape]
+            fallback += bool(matches)
+        if not matches:
+            unknown += 1
+            continue
+        used.update(f[4] for f in matches)
+        devices.update(f[5] for f in matches)
+        wall = _median([f[2] for f in matches])
+        train_part = _median([f[3] for f in matches])
+        left = 1.0
+        if p.state == "resume":
+            at = p.meta.get("checkpoint_step")
+            left = 1.0 - min(int(at), p.cfg.train.steps) / p.cfg.train.steps if at is not None else 1.0
+        times.append(wall - train_part * (1.0 - left))
+    if unknown:
+        if unknown == len(todo):
+            return None, "no finished run of this shape: unknown"
+        return None, (f"unknown: {unknown} of {len(todo)} points to do have no finished run of their shape (the "
+                      f"other {len(todo) - unknown}: ~{_say_duration(sum(times))})")
+    total = sum(times)
+    if parallel > 1:
+        total = max(total / min(parallel, len(times)), max(times))
+    basis = f"from {len(used)} finished run{'s' * (len(used) != 1)} of the same shape"
+    if fallback:
+        basis += f" ({fallback} point{'s' * (fallback != 1)} from runs of another scheme, same model and recipe)"
+    basis += f", on {devices.pop()}" if len(devices) == 1 else ", on several devices"
+    if parallel > 1:
+        basis += f", {parallel} at once"
+    return total, basis
+
+
+def _say_duration(seconds: float) -> str:
+    from pe_bench.progress import duration
+
+    return duration(seconds)
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def _shape(d: dict[str, Any]) -> tuple:
+    """What sets a run's cost: model, vocabulary, train recipe, evaluation (from a config as a plain dict)."""
+    from types import SimpleNamespace
+
+    from pe_bench.evaluate import eval_lengths
+
+    m, data, t, e = d["model"], d["data"], d["train"], d["eval"]
+    lengths = eval_lengths(SimpleNamespace(lengths=e.get("lengths"), ratios=e.get("ratios")), t["seq_len"])
+    return (tuple(sorted((k, v) for k, v in m.items() if k != "name")),
+            data.get("tokenizer"), data.get("vocab_size") if data.get("tokenizer") != "byte" else None,
+            t["steps"], t["batch_size"], t["seq_len"], t.get("grad_accum", 1),
+            tuple(lengths), tuple(e.get("modes") or ()), e.get("max_tokens"), e.get("sliding_max_tokens"),
+            e.get("stride"), e.get("variants"))
+
+
+def _finished_runs(dirs: set[Path]) -> list[tuple[tuple, str, float, float, str, str]]:
+    """(shape, scheme name, wall seconds, training seconds, run name, device) of every finished run under dirs.
+
+    A resumed run's wall_seconds is its last session's only: its time is then train_seconds (summed over the
+    sessions) + eval_seconds. Unreadable run directories are passed over."""
+    import json
+
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    out = []
+    for root in sorted(dirs):
+        for meta_path in sorted(root.glob("*/meta.json")) if root.is_dir() else []:
+            try:
+                meta = json.loads(meta_path.read_text(encoding="utf-8"))
+                if meta.get("status") != "done":
+                    continue
+                train_s = float(meta.get("train_seconds") or 0.0)
+                if meta.get("resumed_from") or meta.get("wall_seconds") is None:
+                    wall = train_s + float(meta["eval_seconds"])
+                else:
+                    wall = float(meta["wall_seconds"])
+                d = yaml.load((meta_path.parent / "config.yaml").read_text(encoding="utf-8"), Loader=loader)
+                out.append((_shape(d), d["scheme"]["name"], wall, min(train_s, wall), meta_path.parent.name,
+                            str(meta.get("device", "?"))))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+                continue
+    return out
