@@ -1,0 +1,417 @@
+"""Plots of a report: perplexity vs evaluation length, and mean loss vs position inside the longest window.
+
+A row's style is a function of its name alone (:func:`style_for`), so a scheme looks the same in every plot of every
+report: the base scheme picks the colour and the marker shape; a filled marker on a solid line is the scheme as
+trained, a hollow marker on a broken line one of its variants (an eval-time extension, another configuration) drawn
+in a shade of the same colour. The training length L is a wide translucent grey band, a style no row uses. More than
+:data:`MAX_ROWS` rows are split into panels by scheme family, each with its own legend, so no row is lost.
+
+matplotlib is imported only when a figure is made (it is an optional dependency); :func:`style_for` needs none."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pe_bench.report import Collected, row_names
+
+# name → (colour, marker, family) for every registered scheme (`pe-bench schemes`); a test holds it equal to the
+# catalog. Colours are distinct hues, and schemes of one family (one panel) get the most distinct ones among them;
+# grey is left out (it marks the training length).
+SCHEMES: dict[str, tuple[str, str, str]] = {
+    "nope": ("#000000", "o", "input"),
+    "sinusoidal": ("#12a4c4", "h", "input"),
+    "learned": ("#9a6324", "D", "input"),
+    "conv": ("#f781bf", "^", "input"),
+    "hybrid": ("#9a9a00", "P", "input"),
+    "rope": ("#1f4fd6", "s", "qk"),
+    "xpos": ("#800000", "X", "qk"),
+    "alibi": ("#e6194b", "v", "scores"),
+    "t5": ("#f58231", "<", "scores"),
+    "xl": ("#000075", ">", "scores"),
+    "kerple_log": ("#1a7f37", "p", "scores"),
+    "kerple_power": ("#7cb518", "H", "scores"),
+    "sandwich": ("#469990", "d", "scores"),
+    "shaw": ("#f032e6", "*", "scores"),
+    "cope": ("#911eb4", "8", "scores"),
+    "fire": ("#d4a017", "o", "scores"),
+}
+# Colours and markers for a scheme not in the table (chosen by a digest of its name): none is a registered colour.
+EXTRA_COLOURS = ("#6a3d9a", "#ff4500", "#2f4f4f", "#3fd4a0", "#8da0cb", "#a6761d", "#fb9a99", "#5c5c8a")
+EXTRA_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "p", "h", "*")
+FAMILIES = {"input": "absolute positions at the input (or none)", "qk": "rotary: q and k rotated by position",
+            "scores": "a bias on the attention scores", "other": "other schemes"}
+
+SOLID = "-"
+BROKEN = {"dashed": (0, (5, 2)), "dashdot": (0, (6, 2, 1.5, 2)), "dotted": (0, (1.2, 1.5)),
+          "longdash": (0, (11, 3)), "dashdotdot": (0, (6, 2, 1.5, 2, 1.5, 2)), "shortdash": (0, (2.5, 1.5))}
+# Shade of the base colour: > 0 mixes in white, < 0 black.
+SHADES = (-0.35, -0.2, 0.2, 0.35, 0.5)
+# The registered eval-time variants (configs/scheme/*.yaml eval_variants): (shade, line style), distinct per family.
+VARIANTS: dict[str, tuple[float, str]] = {
+    "rope+dynamic": (-0.35, "dashed"),
+    "rope+ntk×8": (0.2, "dashdot"),
+    "rope+yarn×8": (0.35, "longdash"),
+    "rope+llama3×8": (-0.2, "dotted"),
+    "rope+linear×8": (0.5, "dashdotdot"),
+    "learned[beyond_table=clamp]": (0.35, "dashed"),
+    "learned[beyond_table=extend]": (-0.35, "dotted"),
+}
+# The training length: a wide translucent grey band behind the rows (no row is grey, wide or translucent).
+L_LINE = {"color": "#9e9e9e", "linestyle": SOLID, "linewidth": 7.0, "alpha": 0.35, "zorder": 0.5}
+LINEWIDTH, MARKERSIZE = 1.6, 5.0
+MAX_ROWS = 12  # rows in one panel; more are split into panels by family
+PANEL = (6.6, 3.5)  # inches per panel (the legend goes beside it)
+
+
+def _digest(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big")
+
+
+def base_name(name: str) -> str:
+    """The scheme a row name starts with: ``rope`` for ``rope+yarn×8``, ``learned[beyond_table=clamp]`` or
+    ``rope · model.n_layers=2``."""
+    m = re.match(r"[A-Za-z0-9_]+", name.strip())
+    return m.group(0) if m else name.strip()
+
+
+def _shade(colour: str, t: float) -> str:
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    target = 255 if t > 0 else 0
+    return "#" + "".join(f"{round(c + (target - c) * abs(t)):02x}" for c in rgb)
+
+
+def style_for(name: str) -> dict[str, Any]:
+    """The style of a row, a pure function of its name (the same in every plot and every process): colour,
+    linestyle, marker and markerfacecolor, to pass to ``Axes.plot``.
+
+    The base scheme (:func:`base_name`) picks the colour and marker: from :data:`SCHEMES` for the registered ones,
+    else from a digest of its name over colours no registered scheme has. The scheme itself is solid with filled
+    markers; a registered eval-time variant has its fixed shade and broken line (:data:`VARIANTS`); any other name
+    (another configuration, step or setting) a shade and broken line chosen by a digest of the whole name among
+    those its family's registered rows do not use, with hollow markers. Two rows of different schemes never share a
+    style; two unregistered variants of one scheme can (about 1 in 25)."""
+    base = base_name(name)
+    if base in SCHEMES:
+        colour, marker, _ = SCHEMES[base]
+    else:
+        h = _digest(base)
+        colour, marker = EXTRA_COLOURS[h % len(EXTRA_COLOURS)], EXTRA_MARKERS[(h // 8) % len(EXTRA_MARKERS)]
+    if name == base:
+        return {"color": colour, "linestyle": SOLID, "marker": marker, "markerfacecolor": colour}
+    if name in VARIANTS:
+        shade, ls = VARIANTS[name]
+    else:
+        taken = {v for k, v in VARIANTS.items() if base_name(k) == base}
+        free = [(s, ls) for ls in BROKEN for s in SHADES if (s, ls) not in taken]
+        shade, ls = free[_digest(name) % len(free)]
+    return {"color": _shade(colour, shade), "linestyle": BROKEN[ls], "marker": marker, "markerfacecolor": "none"}
+
+
+def family(name: str) -> str:
+    return SCHEMES.get(base_name(name), ("", "", "other"))[2]
+
+
+def panels(names: list[str], most: int = MAX_ROWS) -> list[tuple[str, list[str]]]:
+    """Rows split into panels: one panel of at most ``most`` rows, else one per scheme family (:data:`FAMILIES`
+    order), a family with more rows in balanced parts. Rows keep their order, each next to the others of its base
+    scheme. (panel title, row names) each."""
+    names = list(dict.fromkeys(names))
+    first = {b: i for i, b in reversed(list(enumerate(map(base_name, names))))}
+    names.sort(key=lambda n: first[base_name(n)])
+    if len(names) <= most:
+        return [("", names)]
+    out = []
+    for fam, title in FAMILIES.items():
+        rows = [n for n in names if family(n) == fam]
+        parts = math.ceil(len(rows) / most)
+        size = math.ceil(len(rows) / parts) if parts else 0
+        for i in range(parts):
+            out.append((title + (f" ({i + 1}/{parts})" if parts > 1 else ""), rows[i * size:(i + 1) * size]))
+    return out
+
+
+def _columns(d: pd.DataFrame) -> list[tuple[str, str, int]]:
+    """(data, model, L_train) of each column of panels, in row order."""
+    return list(dict.fromkeys(zip(d["data"].astype(str), d["model"].astype(str), d["L_train"].astype(int))))
+
+
+def _with_setting_columns(d: pd.DataFrame) -> pd.DataFrame:
+    return d.assign(**{c: "" for c in ("data", "model") if c not in d})
+
+
+def _setting(cols: list[tuple[str, str, int]], which: tuple[bool, bool, bool] = (True, True, True)) -> list[str]:
+    data, model, L = (sorted({c[i] for c in cols}) for i in range(3))
+    parts = []
+    if which[0] and any(data):
+        parts.append(f"data {', '.join(x for x in data if x)}")
+    if which[1] and any(model):
+        parts.append(f"model {', '.join(x for x in model if x)}")
+    if which[2]:
+        parts.append(f"trained at L = {', '.join(map(str, L))}")
+    return parts
+
+
+def _column_title(col: tuple[str, str, int], cols: list[tuple[str, str, int]]) -> str:
+    """What tells this column apart from the others (empty with one column)."""
+    if len(cols) == 1:
+        return ""
+    varies = tuple(len({c[i] for c in cols}) > 1 for i in range(3))
+    return " · ".join(_setting([col], varies))
+
+
+def _log_ticks(lo: float, hi: float, most: int = 10) -> tuple[list[float], tuple[float, float]]:
+    """Round tick values (1, 1.5, 2, 3, ... × 10^k) for a log axis over the data range [lo, hi], at most ``most`` of
+    them and at least two, and the axis limits (the data range, widened to a round value close beside it, padded)."""
+    sets = ((1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8), (1, 1.5, 2, 3, 4, 5, 6, 8), (1, 2, 3, 4, 6), (1, 2, 5), (1, 3),
+            (1,))
+
+    def candidates(mantissas):
+        return [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
+                for m in mantissas]
+
+    for mantissas in sets:
+        ticks = [c for c in candidates(mantissas) if lo * (1 - 1e-9) <= c <= hi * (1 + 1e-9)]
+        if len(ticks) <= most:
+            break
+    cand = candidates(mantissas if len(ticks) >= 2 else sets[0])  # a narrow range: the round values beside it
+    below, above = max(c for c in cand if c < lo * (1 - 1e-9)), min(c for c in cand if c > hi * (1 + 1e-9))
+    if len(ticks) < 2 or lo / below < 1.25:  # a round value close below the lowest line is worth showing
+        ticks = [below, *ticks]
+    if len(ticks) < 2 or above / hi < 1.25:
+        ticks = [*ticks, above]
+    pad = (math.log(max(hi, ticks[-1])) - math.log(min(lo, ticks[0]))) * 0.05
+    return ticks, (min(lo, ticks[0]) * math.exp(-pad), max(hi, ticks[-1]) * math.exp(pad))
+
+
+def _number(v: float, _pos: Any = None) -> str:
+    return f"{v:g}" if v < 1e6 else f"{v:.3g}"
+
+
+def _figure(nrows: int, ncols: int):
+    """A headless figure of panels (a row of panels shares its y axis, and a legend beside its last panel)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, figsize=(PANEL[0] * ncols + 3.2, PANEL[1] * nrows + 0.8), dpi=110,
+                             squeeze=False, sharey="row", layout="constrained")
+    return fig, axes
+
+
+def _legends(axes) -> None:
+    """One legend per row of panels, beside its last panel: the rows in plot order, then the training length(s);
+    long handles so that the line styles show."""
+    for row in axes:
+        seen: dict[str, Any] = {}
+        for ax in row:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(lab, h)
+        labels = sorted(seen, key=lambda lab: lab.startswith("L = "))  # stable: rows first, then L
+        row[-1].legend([seen[lab] for lab in labels], labels, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                       borderaxespad=0.0, fontsize=8, handlelength=4.5, frameon=False)
+
+
+def _mark_L(ax, L: int) -> None:
+    ax.axvline(L, label=f"L = {L} (training length)", **L_LINE)
+
+
+def _draw(ax, name: str, x, y, band=None) -> None:
+    st = style_for(name)
+    ax.plot(x, y, label=name, color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
+            markerfacecolor=st["markerfacecolor"], markeredgecolor=st["color"], markeredgewidth=1.1,
+            markersize=MARKERSIZE, linewidth=LINEWIDTH, zorder=2 if st["linestyle"] == SOLID else 1.8)
+    if band is not None:
+        ax.fill_between(x, band[0], band[1], color=st["color"], alpha=0.12, lw=0, zorder=1)
+
+
+def _protocol(d: pd.DataFrame, mode: str) -> str:
+    scored = sorted({int(x) for x in d["tokens_scored"] if x > 0}) if "tokens_scored" in d else []
+    tokens = f", {' / '.join(f'{n:,}' for n in scored)} tokens scored per length" if scored else ""
+    if mode == "nonoverlapping":
+        return f"non-overlapping blocks{tokens}"
+    if mode == "sliding":
+        S = sorted({int(float(s)) for s in d["S"] if str(s) not in ("", "nan")}) if "S" in d else []
+        if not S and "stride" in d:
+            S = sorted({int(s) for s in d["stride"]})
+        return f"sliding window, stride S = {', '.join(map(str, S))}{tokens}"
+    return f"{mode}{tokens}"
+
+
+def _seeds(d: pd.DataFrame, key: str, band: bool = True) -> str:
+    """'mean over 2 seeds per row (band: ± 1 std)' and the like."""
+    if "seed" not in d:
+        return ""
+    n = d.groupby(key)["seed"].nunique()
+    lo, hi = int(n.min()), int(n.max())
+    if hi == 1:
+        return "one seed per row"
+    what = f"{lo}" if lo == hi else f"{lo}–{hi}"
+    return f"mean over {what} seeds per row" + (" (band: ± 1 std)" if band else "")
+
+
+def _key(names: list[str]) -> str:
+    """The line under the title that says what the line styles mean (when some row is a variant)."""
+    if all(style_for(n)["linestyle"] == SOLID for n in names):
+        return ""
+    return "\nsolid line, filled marker: a scheme as trained; broken line, hollow marker: a variant of it (same colour)"
+
+
+def lengths_figure(df: pd.DataFrame, mode: str = "nonoverlapping", split: str = "validation", title: str = ""):
+    """The figure of :func:`plot_lengths` (None when there is nothing to plot)."""
+    import matplotlib.ticker as mt
+
+    d = df[(df["mode"] == mode) & (df["split"] == split) & df["ppl"].notna()]
+    if d.empty:
+        return None
+    d = Collected(d[d["status"] == "ok"] if "status" in d else d).df
+    if d.empty:
+        return None
+    d = _with_setting_columns(d).assign(row=row_names(d))
+    per = (d.groupby(["data", "model", "L_train", "row", "L_eval"], sort=False)["ppl"].agg(["mean", "std", "count"])
+           .reset_index())
+    std = per["std"].where(per["count"] > 1, 0.0).fillna(0.0)
+    per["lo"], per["hi"] = per["mean"] - std, per["mean"] + std
+    cols, groups = _columns(d), panels(list(d["row"]))
+    fig, axes = _figure(len(groups), len(cols))
+    per["lo"] = per["lo"].clip(lower=per["mean"] * 0.8)  # a wide band never squeezes the lines against the axis
+    for j, col in enumerate(cols):
+        c = per[(per["data"] == col[0]) & (per["model"] == col[1]) & (per["L_train"] == col[2])]
+        lengths = sorted(int(n) for n in d[(d["data"] == col[0]) & (d["model"] == col[1])
+                                           & (d["L_train"] == col[2])]["L_eval"].unique())
+        for i, (panel_title, members) in enumerate(groups):
+            ax = axes[i][j]
+            shown = per[per["row"].isin(members)]  # the y range of this row of panels
+            ticks, limits = _log_ticks(float(shown["lo"].min()), float(shown["hi"].max()))
+            for name in members:
+                g = c[c["row"] == name].sort_values("L_eval")
+                if not g.empty:
+                    _draw(ax, name, g["L_eval"].to_numpy(float), g["mean"].to_numpy(float),
+                          (g["lo"].to_numpy(float), g["hi"].to_numpy(float)))
+            _mark_L(ax, col[2])
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.xaxis.set_major_locator(mt.FixedLocator(lengths))
+            ax.xaxis.set_major_formatter(mt.FuncFormatter(_number))
+            ax.xaxis.set_minor_locator(mt.NullLocator())
+            ax.yaxis.set_major_locator(mt.FixedLocator(ticks))
+            ax.yaxis.set_major_formatter(mt.FuncFormatter(_number))
+            ax.yaxis.set_minor_locator(mt.NullLocator())
+            ax.set_ylim(*limits)
+            ax.set_xlim(min(lengths + [col[2]]) / 2 ** 0.2, max(lengths + [col[2]]) * 2 ** 0.2)
+            ax.grid(True, alpha=0.3)
+            ax.set_title(" — ".join(t for t in (_column_title(col, cols), panel_title) if t), fontsize=10, loc="left")
+            if i == len(groups) - 1:
+                ax.set_xlabel("evaluation length (tokens)")
+            if j == 0:
+                ax.set_ylabel("perplexity (log scale)")
+    _legends(axes)
+    setting = " · ".join(_setting(cols) + [f"{split} split"])
+    head = f"{title}: perplexity vs evaluation length" if title else "Perplexity vs evaluation length"
+    fig.suptitle(f"{head}\n{setting}\n{_protocol(d, mode)} · {_seeds(d, 'row')}{_key(list(d['row']))}",
+                 fontsize=10.5)
+    return fig
+
+
+def plot_lengths(df: pd.DataFrame, path: Path, mode: str = "nonoverlapping", split: str = "validation",
+                 title: str = "") -> Path | None:
+    """Perplexity vs eval length (log-log, ticks at the evaluated lengths), one line per table row (mean over seeds,
+    band ± 1 std), the training length L marked; panels by scheme family when there are many rows, and one column
+    of panels per (data, model, L). Returns the path, or None when there is nothing to plot."""
+    fig = lengths_figure(df, mode, split, title)
+    if fig is None:
+        return None
+    _save(fig, path)
+    return path
+
+
+def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFrame | None = None,
+                     title: str = ""):
+    """The figure of :func:`plot_positions` (None when there is nothing to plot)."""
+    import matplotlib.ticker as mt
+
+    d = pos[pos["split"] == split] if not pos.empty else pos
+    if df is not None and not d.empty and "label" in df:
+        labels = df[["run", "scheme", "label"]].drop_duplicates(["run", "scheme"])
+        d = (d.merge(labels, on=["run", "scheme"], how="inner").drop(columns="scheme")
+             .rename(columns={"label": "scheme"}))
+    if d.empty:
+        return None
+    d = _with_setting_columns(d)
+    cols = _columns(d)
+    longest = {col: int(d[(d["data"] == col[0]) & (d["model"] == col[1]) & (d["L_train"] == col[2])]["L_eval"].max())
+               for col in cols}
+    d = d[[longest[k] == n for k, n in zip(zip(d["data"].astype(str), d["model"].astype(str),
+                                                d["L_train"].astype(int)), d["L_eval"])]]
+    order = list(dict.fromkeys(df["label"])) if df is not None and "label" in df else []
+    names = sorted(dict.fromkeys(d["scheme"]), key=lambda n: order.index(n) if n in order else len(order))
+    groups = panels(names)  # in the report's row order, as in the other plots
+    fig, axes = _figure(len(groups), len(cols))
+    for j, col in enumerate(cols):
+        c = d[(d["data"] == col[0]) & (d["model"] == col[1]) & (d["L_train"] == col[2])]
+        L, n = col[2], longest[col]
+        step = L
+        while n // step > 8:
+            step *= 2
+        for i, (panel_title, members) in enumerate(groups):
+            ax = axes[i][j]
+            for name in members:
+                g = c[c["scheme"] == name]
+                if g.empty:
+                    continue
+                g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)
+                     [["nll", "tokens"]].sum().reset_index())  # token-weighted over seeds
+                _draw(ax, name, ((g["pos_start"] + g["pos_end"]) / 2).to_numpy(float),
+                      (g["nll"] / g["tokens"]).to_numpy(float))
+            _mark_L(ax, L)
+            ax.xaxis.set_major_locator(mt.FixedLocator(list(range(0, n + 1, step))))
+            ax.xaxis.set_major_formatter(mt.FuncFormatter(_number))
+            ax.yaxis.set_major_formatter(mt.FuncFormatter(_number))
+            ax.set_xlim(-n * 0.02, n * 1.02)
+            ax.grid(True, alpha=0.3)
+            what = f"{n}-token windows" if len(cols) > 1 else ""
+            ax.set_title(" — ".join(t for t in (_column_title(col, cols), what, panel_title) if t), fontsize=10,
+                         loc="left")
+            if i == len(groups) - 1:
+                ax.set_xlabel("position inside the window (tokens)")
+            if j == 0:
+                ax.set_ylabel("mean loss (nats/token)")
+    _legends(axes)
+    setting = " · ".join(_setting(cols) + [f"{split} split"])
+    windows = ", ".join(map(str, sorted(set(longest.values()))))
+    head = f"{title}: loss by position" if title else "Loss by position"
+    buckets = sorted({int(x) for x in (d["pos_end"] - d["pos_start"])})
+    fig.suptitle(f"{head}\n{setting}\nnon-overlapping {windows}-token windows (the longest evaluated), loss "
+                 f"averaged over {'/'.join(map(str, buckets))}-token buckets · {_seeds(d, 'scheme', band=False)}"
+                 f"{_key(names)}", fontsize=10.5)
+    return fig
+
+
+def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation", df: pd.DataFrame | None = None,
+                   title: str = "") -> Path | None:
+    """Mean loss vs position inside the window at the longest evaluated length, one line per table row label
+    (with ``df``, the report's rows: only runs the report kept, labelled as in its tables), token-weighted over
+    seeds, L marked; panels as in :func:`plot_lengths`."""
+    fig = positions_figure(pos, split, df, title)
+    if fig is None:
+        return None
+    _save(fig, path)
+    return path
+
+
+def _save(fig, path: Path) -> None:
+    """A deterministic PNG (no software or time metadata; tight bounding box, so the legends are never clipped),
+    written atomically."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, format="png", metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
+    plt.close(fig)
+    tmp.replace(path)
