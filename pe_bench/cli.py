@@ -157,8 +157,7 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         return
     _print_run_table(run.path, cfg.eval.split)
     meta = run.meta()
-    say(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train, "
-                  f"{meta.get('wall_seconds')} s wall)")
+    say(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train)")
 
 
 @app.command("eval")
@@ -246,6 +245,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
     _print_plan(points, sw.name)
+    _print_estimate(points, sw)
     if dry_run:
         return
     todo = [p for p in points if p.state != "done" and p.state not in BUSY + LEFT]
@@ -267,6 +267,20 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         if results is None:  # handed to a scheduler: the next `pe-bench sweep` (or `pe-bench report`) reports
             return
     _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0)
+
+
+def _print_estimate(points, sw) -> None:
+    """How long the points still to do should take, from finished runs of the same shape (or "unknown")."""
+    from pe_bench.progress import duration
+    from pe_bench.sweep import BUSY, LEFT, estimate
+
+    todo = sum(p.state != "done" and p.state not in BUSY + LEFT for p in points)
+    if not todo:
+        return
+    at_once = sw.local.parallel if sw.launcher == "local" else 1
+    seconds, basis = estimate(points, parallel=at_once)
+    say(f"{todo} of {len(points)} points to run: " + (f"about {duration(seconds)} ({basis})" if seconds is not None
+                                                      else basis))
 
 
 def _print_plan(points, name: str) -> None:

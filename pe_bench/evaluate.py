@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,7 @@ from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.distributed import StopRequested, stop_requested
 from pe_bench.model import Decoder, random_positions
+from pe_bench.progress import EvalProgress, use_bar
 from pe_bench.schemes import LengthNotSupported
 
 EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride",
@@ -90,17 +92,13 @@ def check_feasible(cfg: Config, n_tokens: int) -> None:
 @torch.inference_mode()
 def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, length: int, stride: int,
                   span: int, tokens_per_batch: int, device: torch.device, bf16: bool = False,
-                  positions: torch.Tensor | None = None) -> Score:
+                  positions: torch.Tensor | None = None,
+                  on_batch: Callable[[int, int], None] | None = None) -> Score:
     """Score targets 1..span of `tokens` with windows of `length` advancing by `stride`.
 
     Window k ends at e_k = length + k·stride (the last one capped at span) and scores its last e_k − e_{k−1} targets
-    (all `length` of them for the first window)."""
-    ends, prev = [], 0
-    e = length
-    while prev < span:
-        e = min(e, span)
-        ends.append((e, e - prev))
-        prev, e = e, e + stride
+    (all `length` of them for the first window). ``on_batch(windows, tokens scored so far)`` after each batch."""
+    ends = window_ends(length, stride, span)
     score = Score(pos_nll=np.zeros(length), pos_count=np.zeros(length))
     per_batch = max(1, tokens_per_batch // length)
     tb = torch.as_tensor(token_bytes, device=device)
@@ -124,13 +122,31 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
         score.bytes += int((tb[y] * keep).sum())
         score.pos_nll += nll.double().sum(0).cpu().numpy()
         score.pos_count += keep.sum(0).cpu().numpy()
+        if on_batch is not None:
+            on_batch(len(chunk), score.tokens)
     return score
 
 
+def window_ends(length: int, stride: int, span: int) -> list[tuple[int, int]]:
+    """(end, targets scored) of each window: see score_windows."""
+    ends, prev = [], 0
+    e = length
+    while prev < span:
+        e = min(e, span)
+        ends.append((e, e - prev))
+        prev, e = e, e + stride
+    return ends
+
+
 def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.ndarray, device: torch.device,
-             step: int | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+             step: int | None = None, name: str = "", progress: bool = True,
+             quiet: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
     """Evaluate one model (one scheme variant, its weights from optimizer step ``step``) at every configured length
-    and mode. Returns (eval rows, per-position rows, per-window rows)."""
+    and mode. Returns (eval rows, per-position rows, per-window rows).
+
+    Progress: a bar per length × mode on a terminal (``progress``), and one plain line per finished length × mode,
+    headed ``name`` (the run's), e.g. ``NAME eval L=512 nonoverlapping: ppl 6.62 (12 windows, …)``; ``quiet``:
+    none of it."""
     ecfg, L = cfg.eval, cfg.train.seq_len
     lengths = eval_lengths(ecfg, L)
     longest = max(lengths)
@@ -139,7 +155,8 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     stride = ecfg.stride or L
     bf16 = use_bf16(cfg.train, device)
     step = cfg.train.steps if step is None else step
-    base = {"scheme": model.scheme.label(), "base_scheme": model.scheme.name, "model": cfg.model.name,
+    label = model.scheme.label()
+    base = {"scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
             "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed, "step": step,
             "precision": "bf16" if bf16 else "fp32"}
     budgets = {"nonoverlapping": ecfg.max_tokens, "sliding": ecfg.sliding_max_tokens}
@@ -147,6 +164,19 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     pos_rows: list[dict] = []
     win_rows: list[dict] = []
     model.eval()
+    bar = use_bar(progress)
+    head = " ".join(x for x in (name, "eval", label if label != cfg.scheme.get("name") else "") if x)
+
+    def scored(mode: str, length: int, advance: int, targets: int, positions: torch.Tensor | None) -> Score:
+        shown = EvalProgress(f"{head} L={length} {mode}", len(window_ends(length, advance, targets)), bar, quiet)
+        try:
+            s = score_windows(model, tokens, token_bytes, length, advance, targets, ecfg.tokens_per_batch, device,
+                              bf16, positions, shown.update)
+        finally:
+            shown.close()
+        shown.finish(s.loss, len(s.window_tokens), s.tokens)
+        return s
+
     for length in lengths:
         if stop_requested():  # a signal (e.g. Slurm's, before the time limit): the rerun evaluates again
             raise StopRequested(f"stopped before evaluating at length {length}")
@@ -155,8 +185,8 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         try:
             positions = eval_positions(cfg, length, device)
             if {"nonoverlapping", "per_position"} & set(ecfg.modes):
-                s = score_windows(model, tokens, token_bytes, length, length, span, ecfg.tokens_per_batch, device,
-                                  bf16, positions)
+                s = scored("nonoverlapping" if "nonoverlapping" in ecfg.modes else "per_position", length, length,
+                           span, positions)
                 if "nonoverlapping" in ecfg.modes:
                     rows.append(_row(common, "nonoverlapping", length, "", budgets["nonoverlapping"], s))
                     win_rows += _window_rows(rows[-1], s)
@@ -164,11 +194,11 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
                     pos_rows.extend(_position_rows({**common, "budget": budgets["nonoverlapping"]}, s,
                                                    ecfg.position_buckets))
             if "sliding" in ecfg.modes:
-                s = score_windows(model, tokens, token_bytes, length, strides["sliding"], sliding_span,
-                                  ecfg.tokens_per_batch, device, bf16, positions)
+                s = scored("sliding", length, strides["sliding"], sliding_span, positions)
                 rows.append(_row(common, "sliding", strides["sliding"], stride, budgets["sliding"], s))
                 win_rows += _window_rows(rows[-1], s)
         except LengthNotSupported as e:
+            EvalProgress(f"{head} L={length}", 0, bar=False, quiet=quiet).skip(str(e))
             rows += [{**common, "mode": mode, "stride": strides[mode], "S": stride if mode == "sliding" else "",
                       "budget": budgets[mode], "loss": "", "ppl": "",
                       "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": str(e)}

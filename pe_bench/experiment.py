@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import ExitStack
+
 import torch
 
 from pe_bench.config import Config, ConfigError, scheme_spec, with_options
@@ -14,7 +16,8 @@ from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITIO
                                check_feasible, eval_lengths, evaluate, scored_span)
 from pe_bench.build import build_scheme
 from pe_bench.model import Decoder
-from pe_bench.runs import Run, RunBusy, RunFileError, digest, file_sha256, identity, read_csv, run_dir_for, write_csv
+from pe_bench.progress import run_summary, say
+from pe_bench.runs import Run, RunBusy, RunFileError, digest, file_sha256, identity, read_csv, write_csv
 from pe_bench.train import Diverged, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
@@ -32,7 +35,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
     settings are added. Any failure is recorded in the run's meta.json (status failed/interrupted/diverged, error)
     before it propagates. Under torchrun/DDP every process trains and rank 0 alone writes the run directory and
     evaluates. Another process holding the run → RunBusy, and this one touches nothing."""
-    run = Run(run_dir_for(cfg))
+    run = Run.for_config(cfg)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device)
@@ -66,6 +69,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                 train(cfg, run, corpus, device, progress=False, world=world)
                 barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
                 return run
+            check_numerics(run, device)
             run.create(cfg)
             t0 = time.perf_counter()
             run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
@@ -74,16 +78,36 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
             try:
                 model = train(cfg, run, corpus, device, progress, world)
                 t1 = time.perf_counter()
-                evaluate_run(run, cfg, corpus, device, model)
+                rows = evaluate_run(run, cfg, corpus, device, model, progress=progress)
                 run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
                 barrier(world)
             except BaseException as e:
                 record_failure(run, e, time.perf_counter() - t0)
                 raise
-            run.update_meta(status="done", wall_seconds=round(time.perf_counter() - t0, 2))
+            wall = time.perf_counter() - t0
+            meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
+            label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
+            say(run_summary(run.path.name, meta.get("final_train_loss"),
+                            [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
+                            cfg.train.seq_len, wall))
     finally:
         shutdown(world)
     return run
+
+
+def check_numerics(run: Run, device: torch.device) -> None:
+    """A run resumed from its checkpoint continues with the numerics it started with (README, "Determinism"):
+    another torch, device or CPU thread count would make one history of two kinds of numbers."""
+    from pe_bench.runs import numerics
+
+    before = run.meta().get("numerics")
+    now = numerics(device)
+    if run.checkpoint.exists() and before and before != now:
+        threads = re.search(r"(\d+) threads$", before)
+        fix = f"pass train.threads={threads.group(1)}" if threads and before.rsplit(",", 1)[0] == now.rsplit(",", 1)[
+            0] else "resume it where it started"
+        raise ConfigError(f"{run.path.name} was started with {before}; resuming it here ({now}) would mix two kinds "
+                          f"of numbers in one run: {fix}, or delete its directory to train it afresh here")
 
 
 def record_failure(run: Run, error: BaseException, seconds: float | None = None) -> None:
@@ -130,12 +154,14 @@ def check_eval_overrides(saved: Config, cfg: Config) -> None:
 
 
 def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, device: torch.device | None = None,
-                 model: Decoder | None = None, only_missing: bool = False, trained: Config | None = None) -> list[dict]:
+                 model: Decoder | None = None, only_missing: bool = False, trained: Config | None = None,
+                 progress: bool = True) -> list[dict]:
     """Evaluate the run's model and its scheme's eval-time variants and add the rows to eval.csv, positions.csv and
     windows.csv. Rows are keyed by every evaluation setting (EVAL_KEY): new settings add rows beside the old ones;
     the same settings again replace them with the same numbers. ``only_missing`` skips a variant whose rows for
     these settings are all there already. ``trained``: the config the run was trained with, when ``cfg`` carries
-    eval-time scheme options (the checkpoint is checked against it). Returns this evaluation's rows."""
+    eval-time scheme options (the checkpoint is checked against it). ``progress``: bars on a terminal (one plain
+    line per finished length × mode is printed either way). Returns this evaluation's rows."""
     device = device or resolve_device(cfg.train.device)
     corpus = corpus or load_tokens(cfg.data, cfg.cache_dir)
     spec = scheme_spec(cfg.scheme)
@@ -158,7 +184,7 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
         else:
             m, step = load_trained(run, cfg, device, sp, corpus, trained)
         seen.add(label)
-        r, p, w = evaluate(m, cfg, tokens, corpus.token_bytes, device, step)
+        r, p, w = evaluate(m, cfg, tokens, corpus.token_bytes, device, step, run.path.name, progress)
         rows += r
         pos_rows += p
         win_rows += w

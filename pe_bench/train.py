@@ -9,7 +9,6 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from pe_bench.build import build_model
 from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
@@ -17,6 +16,7 @@ from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
 from pe_bench.model import Decoder, random_positions
+from pe_bench.progress import TrainProgress, use_bar
 from pe_bench.runs import Run, RunFileError, atomic_save, digest, identity, read_csv, write_csv
 
 TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
@@ -147,8 +147,9 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum
     my_micro = list(range(world.rank, tc.grad_accum, world.size))  # this process's share of each step's batch
     model.train()
-    bar = tqdm(range(step, tc.steps), initial=step, total=tc.steps, desc=run.path.name, unit="step",
-               disable=None if (progress and world.is_main) else True, dynamic_ncols=True, leave=False)
+    # A bar on a terminal; otherwise (a log file, --no-progress) plain lines. Rank 0 alone shows either.
+    shown = TrainProgress(run.path.name, step, tc.steps, tokens_per_step, bar=use_bar(progress),
+                          quiet=not world.is_main)
     t_start = t_log = time.perf_counter()
     elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
     completed = step  # optimizer steps whose update is in the weights
@@ -176,7 +177,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             run.update_meta(checkpoint_step=at)
 
     try:
-        for step in bar:
+        for step in range(step, tc.steps):
             lr = lr_at(step, tc)
             for group in opt.param_groups:
                 group["lr"] = lr
@@ -202,6 +203,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             reduced = mean_across(world, total) if world.size > 1 else total  # the same value on every rank
             window_losses.append(reduced)
             health.append((done, reduced.detach(), grad_norm.detach()))  # so every rank stops at the same step
+            shown.step(done, reduced, lr)
             is_last = done == tc.steps
             if done % tc.log_interval == 0 or is_last:
                 check_finite()
@@ -216,7 +218,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
                 history.append(row)
                 if world.is_main:
                     write_csv(run.train_csv, history, TRAIN_COLUMNS)
-                bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{tps:,.0f}")
+                shown.postfix(row["loss"], lr, tps)
                 window_losses, t_log = [], time.perf_counter()
             if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
                 save(done)
@@ -230,7 +232,8 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
         health[:] = [h for h in health if h[0] <= completed]
         save(completed)
         raise
-    bar.close()
+    finally:
+        shown.close()
     seconds = time.perf_counter() - t_start
     if world.is_main:
         run.update_meta(train_seconds=round(elapsed_before + seconds, 2),

@@ -199,14 +199,14 @@ def test_report_leaves_out_bad_eval_files_by_name_and_goes_on(smoke_args, tmp_pa
 
 # Faults -------------------------------------------------------------------------------------------------------------
 def test_disk_full_while_checkpointing_fails_the_run_and_leaves_no_temporary_file(smoke_args, tmp_path, monkeypatch):
-    import pe_bench.runs as runs_mod
+    import torch
 
     def full(obj, path):
         with open(path, "wb") as f:
             f.write(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(runs_mod.torch, "save", full)
+    monkeypatch.setattr(torch, "save", full)  # runs.atomic_save calls torch.save
     r = invoke("train", "scheme=nope", *smoke_args, "--no-progress")
     assert r.exit_code == 1 and "No space left on device" in r.output
     run = runs_of(tmp_path / "results")[0]
@@ -364,3 +364,30 @@ def test_runs_made_with_other_numerics_are_never_one_row(smoke_args, tmp_path):
     # one folder alone (one kind of numerics): labels and config hashes as before
     r = invoke("report", tmp_path / "a", "--out", tmp_path / "rep1", "--no-plots", "--mode", "nonoverlapping")
     assert list(pd.read_csv(tmp_path / "rep1" / "comparison.csv")["scheme"]) == ["nope"]
+
+
+def test_a_run_is_never_resumed_with_other_numerics(smoke_args, tmp_path):
+    """Started with 1 CPU thread, interrupted, then resumed with 2: refused with one line naming the fix; resumed
+    with the thread count it started with, it finishes."""
+    import torch
+
+    threads = torch.get_num_threads()
+    args = ["scheme=nope", *smoke_args, "--no-progress"]
+    try:
+        request_stop()  # training stops after its first step with a checkpoint
+        try:
+            assert invoke("train", *args, "train.threads=1").exit_code == 3
+        finally:
+            clear_stop()
+        run = runs_of(tmp_path / "results")[0]
+        r = invoke("train", *args, "train.threads=2")
+        assert r.exit_code == 2, r.output
+        text = " ".join(r.output.split())
+        assert ", 1 threads; resuming it here (torch" in text and "2 threads) would mix two kinds of numbers in one " \
+            "run: pass train.threads=1" in text
+        assert json.loads((run / "meta.json").read_text())["status"] == "interrupted"
+        r = invoke("train", *args, "train.threads=1")
+        assert r.exit_code == 0, r.output
+        assert json.loads((run / "meta.json").read_text())["resumed_from"] == [1]
+    finally:
+        torch.set_num_threads(threads)
