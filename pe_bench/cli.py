@@ -143,14 +143,15 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
           cfg_only: bool = typer.Option(False, "--cfg", help="Print the resolved config (YAML) and the run "
                                         "directory, then exit; runs nothing.")) -> None:
     """Train one run and evaluate it at every eval length (resumes from its checkpoint if interrupted)."""
+    cfg = compose(overrides or [], scheme=False)  # configuration errors first, before torch is imported
     if cfg_only:
-        _print_cfg(compose(overrides or [], scheme=False))
+        _print_cfg(cfg)
         return
-    compose(overrides or [], scheme=False)  # configuration errors first, before torch is imported
+    from pe_bench.config import check_scheme
     from pe_bench.distributed import stop_on_signals
     from pe_bench.experiment import run_one
 
-    cfg = compose(overrides or [])
+    check_scheme(cfg)  # the scheme's options, built once for the model's shape
     stop_on_signals()  # SIGTERM/SIGUSR1 (kill, Slurm near its time limit): checkpoint at the next step, exit 3
     run = run_one(cfg, progress=progress)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports for the run
@@ -228,7 +229,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
-    from pe_bench.sweep import BUSY, LEFT, check_data, expand, load_sweep, plan, report_dir, split_overrides
+    from pe_bench.sweep import TODO, check_data, expand, load_sweep, plan, report_dir, split_overrides
 
     name, sweep_keys, run_keys = split_overrides(overrides or [])
     sw = load_sweep(name, sweep_keys)
@@ -248,7 +249,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     _print_estimate(points, sw)
     if dry_run:
         return
-    todo = [p for p in points if p.state != "done" and p.state not in BUSY + LEFT]
+    todo = [p for p in points if p.state in TODO]
     if not todo:
         say("nothing to emit: every point has finished or is running elsewhere" if not run_with.trains_here
             else "nothing to do: every point has finished")
@@ -272,9 +273,9 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
 def _print_estimate(points, sw) -> None:
     """How long the points still to do should take, from finished runs of the same shape (or "unknown")."""
     from pe_bench.progress import duration
-    from pe_bench.sweep import BUSY, LEFT, estimate
+    from pe_bench.sweep import TODO, estimate
 
-    todo = sum(p.state != "done" and p.state not in BUSY + LEFT for p in points)
+    todo = sum(p.state in TODO for p in points)
     if not todo:
         return
     at_once = sw.local.parallel if sw.launcher == "local" else 1

@@ -11,6 +11,7 @@ points are the Cartesian product. ``sweep=NAME`` picks the config and ``sweep.KE
 from __future__ import annotations
 
 import itertools
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,7 @@ def plan(points: list[list[str]]) -> list[Point]:
     return out
 
 
+TODO = ("new", "retry", "resume")  # the states a sweep trains (every other point is skipped or left out)
 BUSY = ("running", "queued")  # another process or a Slurm task has the point: the sweep leaves it alone
 LEFT = ("diverged", "corrupt")  # not run again, counted as failures: a deterministic run diverges again; an
 # unreadable run directory needs a person (the message says what to do), and never blocks the other points
@@ -296,7 +298,6 @@ def report_dir(sweep: SweepConfig, points: list[Point]) -> Path:
 # ---------------------------------------------------------------------------------------------------------------
 # How long the points still to do will take, from finished runs of the same shape
 # ---------------------------------------------------------------------------------------------------------------
-TODO = ("new", "retry", "resume")  # the states a sweep trains; busy and left-out points take none of its time
 
 
 def estimate(points: list[Point], parallel: int = 1) -> tuple[float | None, str]:
@@ -325,8 +326,8 @@ def estimate(points: list[Point], parallel: int = 1) -> tuple[float | None, str]
             continue
         used.update(f[4] for f in matches)
         devices.update(f[5] for f in matches)
-        wall = _median([f[2] for f in matches])
-        train_part = _median([f[3] for f in matches])
+        wall = statistics.median([f[2] for f in matches])
+        train_part = statistics.median([f[3] for f in matches])
         left = 1.0
         if p.state == "resume":
             at = p.meta.get("checkpoint_step")
@@ -353,12 +354,6 @@ def _say_duration(seconds: float) -> str:
     from pe_bench.progress import duration
 
     return duration(seconds)
-
-
-def _median(values: list[float]) -> float:
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _shape(d: dict[str, Any]) -> tuple:
