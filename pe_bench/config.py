@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pe_bench import schemes
 from pe_bench.ranges import fmt, range_problem, ranged
 
-GROUPS = ("scheme", "model", "data", "train", "eval")
+GROUPS = ("scheme", "task", "model", "data", "train", "eval")
 
 
 class ConfigError(ValueError):
@@ -132,8 +132,32 @@ class EvalConfig:
 
 
 @dataclass
+class TaskConfig:
+    """What the model is trained and evaluated on: ``lm`` (next-token prediction on the corpus, perplexity) or a
+    synthetic task (pe_bench/tasks.py: exact-match accuracy on held-out examples). Each task reads the keys listed in
+    ``TASK_READS``; any other key set away from its default is refused."""
+
+    name: str = "lm"  # lm | passkey | assoc_recall | copy | reverse | addition
+    # Training examples: each one's size drawn uniformly up to what fills L (uniform), with that bound growing
+    # linearly from the smallest size to L's over the first curriculum_fraction of the steps (curriculum), or
+    # always filling L (fixed). Examples shorter than L are padded at the end (never scored).
+    train_lengths: str = "uniform"  # uniform | curriculum | fixed
+    curriculum_fraction: float = ranged(0.5, gt=0, le=1)
+    eval_examples: int = ranged(100, ge=1)  # held-out examples per eval length (passkey: per length × depth)
+    symbols: int = ranged(16, ge=2)  # copy, reverse: the string alphabet; passkey (filler=random): filler alphabet
+    key_digits: int = ranged(5, ge=1)  # passkey: digits of the key
+    filler: str = "random"  # passkey: random (symbols) | text (bytes of the data split: data.* picks the corpus)
+    depths: int = ranged(11, ge=1)  # passkey: evaluated depths, evenly spaced in [0, 1] (11: 10 % steps)
+    n_keys: int = ranged(512, ge=2)  # assoc_recall: key vocabulary (keys are distinct within an example)
+    n_values: int = ranged(64, ge=2)  # assoc_recall: value vocabulary
+    queries: int = ranged(4, ge=1)  # assoc_recall: queried keys per example
+    reverse_digits: bool = True  # addition: operands and sum least-significant digit first (the known trick)
+
+
+@dataclass
 class Config:
     scheme: dict[str, Any] = field(default_factory=lambda: {"name": "alibi"})
+    task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -150,6 +174,19 @@ CHOICES = {
     "train.precision": ("auto", "fp32", "bf16"),
     "train.compile": ("auto", "on", "off"),
     "eval.split": ("train", "validation", "test"),
+    "task.name": ("lm", "passkey", "assoc_recall", "copy", "reverse", "addition"),
+    "task.train_lengths": ("uniform", "curriculum", "fixed"),
+    "task.filler": ("random", "text"),
+}
+# The task keys each task reads (pe_bench/tasks.py); any other key set away from its default is refused.
+_TASK_COMMON = {"train_lengths", "curriculum_fraction", "eval_examples"}
+TASK_READS = {
+    "lm": set(),
+    "passkey": _TASK_COMMON | {"symbols", "key_digits", "filler", "depths"},
+    "assoc_recall": _TASK_COMMON | {"n_keys", "n_values", "queries"},
+    "copy": _TASK_COMMON | {"symbols"},
+    "reverse": _TASK_COMMON | {"symbols"},
+    "addition": _TASK_COMMON | {"reverse_digits"},
 }
 EVAL_MODES = ("nonoverlapping", "sliding", "per_position")
 
@@ -320,6 +357,7 @@ def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
         raise ConfigError(f"eval.modes=[] is empty: list at least one of {', '.join(EVAL_MODES)}")
     _check_relations(cfg)
     _check_data_reads(cfg.data)
+    _check_task_reads(cfg.task)
     if scheme:
         check_scheme(cfg)
     else:
@@ -333,6 +371,13 @@ def _check_relations(cfg: Config) -> None:
     if t.random_positions and t.random_positions < t.seq_len:
         raise ConfigError(f"train.random_positions={t.random_positions} must be 0 (off) or at least "
                           f"train.seq_len={t.seq_len}; Ruoss et al. use 2048 for L=40")
+    if cfg.task.name != "lm":
+        from pe_bench.tasks import min_length
+
+        shortest = min_length(cfg.task)
+        if t.seq_len < shortest:
+            raise ConfigError(f"train.seq_len={t.seq_len} is too short for task={cfg.task.name}: one example needs "
+                              f"at least {shortest} tokens; raise train.seq_len")
     if m.d_model % m.n_heads:
         raise ConfigError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
     if int(m.mlp_ratio * m.d_model) < 1:
@@ -344,6 +389,20 @@ def _check_relations(cfg: Config) -> None:
             raise ConfigError(f"eval.ratios has {fmt(short[0])}, an eval length of round({fmt(short[0])} × "
                               f"train.seq_len={t.seq_len}) = 0 tokens; use ratios >= {fmt(0.5 / t.seq_len)} "
                               "or eval.lengths=[...]")
+
+
+def _check_task_reads(t: TaskConfig) -> None:
+    """Every task key set away from its default must be read by the chosen task (see TASK_READS)."""
+    default = TaskConfig()
+    for f in dataclasses.fields(TaskConfig):
+        if f.name == "name" or f.name in TASK_READS[t.name] or getattr(t, f.name) == getattr(default, f.name):
+            continue
+        readers = [n for n, keys in TASK_READS.items() if f.name in keys]
+        raise ConfigError(f"task.{f.name}={fmt(getattr(t, f.name))} is not read by task={t.name}; it is an option of "
+                          f"{', '.join(f'task={n}' for n in readers)}")
+    if t.name == "passkey" and t.symbols != default.symbols and t.filler == "text":
+        raise ConfigError("task.symbols is not read by task.filler=text (the filler is the corpus's bytes); remove it "
+                          "or use task.filler=random")
 
 
 def _check_data_reads(d: DataConfig) -> None:

@@ -14,10 +14,13 @@ from pe_bench.device import resolve_device, use_bf16
 from pe_bench.distributed import StopRequested, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
                                check_feasible, eval_lengths, evaluate, scored_span)
+from pe_bench.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY, evaluate_accuracy
+from pe_bench.accuracy import summary as accuracy_summary
 from pe_bench.build import build_scheme
 from pe_bench.model import Decoder
-from pe_bench.progress import run_summary, say
+from pe_bench.progress import duration, run_summary, say
 from pe_bench.runs import Run, RunBusy, RunFileError, digest, file_sha256, identity, read_csv, write_csv
+from pe_bench.tasks import TaskData, load_task_data
 from pe_bench.train import Diverged, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
@@ -25,7 +28,14 @@ WINDOWS_CSV = "windows.csv"
 
 def is_done(run: Run) -> bool:
     """Finished: never trained again (even if its checkpoint was deleted to save space)."""
-    return run.status == "done" and run.eval_csv.exists()
+    return run.status == "done" and (run.eval_csv.exists() or run.accuracy_csv.exists())
+
+
+def load_data(cfg: Config) -> TokenizedCorpus | TaskData:
+    """What the run trains on: the tokenized corpus (task=lm) or the synthetic task."""
+    if cfg.task.name == "lm":
+        return load_tokens(cfg.data, cfg.cache_dir)
+    return load_task_data(cfg)
 
 
 def run_one(cfg: Config, progress: bool = True) -> Run:
@@ -41,8 +51,9 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
     device = resolve_device(cfg.train.device)
     world = world_from_env(device)
     try:
-        corpus = load_tokens(cfg.data, cfg.cache_dir)
-        check_feasible(cfg, len(corpus.splits[cfg.eval.split]))  # bad input fails before the run directory exists
+        corpus = load_data(cfg)
+        if isinstance(corpus, TokenizedCorpus):  # bad input fails before the run directory exists
+            check_feasible(cfg, len(corpus.splits[cfg.eval.split]))
         with ExitStack() as held:
             # Rank 0 takes the lock before anything is written (of two processes, the loser touches nothing) and
             # decides for every rank: busy / unreadable, finished, or to train. Under DDP the decision is shared
@@ -87,9 +98,13 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
             wall = time.perf_counter() - t0
             meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
             label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
-            say(run_summary(run.path.name, meta.get("final_train_loss"),
-                            [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
-                            cfg.train.seq_len, wall))
+            if isinstance(corpus, TaskData):
+                say(f"{run.path.name}: {accuracy_summary([r for r in rows if r['scheme'] == label], cfg.train.seq_len)}"
+                    f" (train loss {meta.get('final_train_loss')}, {duration(wall)})")
+            else:
+                say(run_summary(run.path.name, meta.get("final_train_loss"),
+                                [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
+                                cfg.train.seq_len, wall))
     finally:
         shutdown(world)
     return run
@@ -163,9 +178,11 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     eval-time scheme options (the checkpoint is checked against it). ``progress``: bars on a terminal (one plain
     line per finished length × mode is printed either way). Returns this evaluation's rows."""
     device = device or resolve_device(cfg.train.device)
-    corpus = corpus or load_tokens(cfg.data, cfg.cache_dir)
+    corpus = corpus or load_data(cfg)
     spec = scheme_spec(cfg.scheme)
     specs = [spec] + ([with_options(spec, v) for v in spec.eval_variants] if cfg.eval.variants else [])
+    if isinstance(corpus, TaskData):
+        return evaluate_task_run(run, cfg, corpus, device, specs, model, only_missing, trained)
     tokens = corpus.splits[cfg.eval.split]
     # Rows already there, by every key but the span: a row counts if it scored this evaluation's span (or none: n/a)
     have = {(_key(r, EVAL_KEY[:-1]), r.get("tokens_scored")) for r in read_csv(run.eval_csv)} if only_missing else set()
@@ -193,6 +210,30 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
         _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, POSITION_KEY)
         _merge(run.eval_csv, rows, EVAL_COLUMNS, EVAL_KEY)
         run.update_meta(eval_csv_sha256=file_sha256(run.eval_csv))  # the report refuses an altered eval.csv
+    return rows
+
+
+def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.device, specs: list,
+                      model: Decoder | None, only_missing: bool, trained: Config | None) -> list[dict]:
+    """A task run's evaluation: accuracy rows of the model and each eval-time variant, merged into accuracy.csv
+    (keyed by ACCURACY_KEY). ``only_missing`` skips a variant whose rows at these lengths are all there."""
+    have = {(r["scheme"], r["L_eval"], r["examples"]) for r in read_csv(run.accuracy_csv)} if only_missing else set()
+    rows: list[dict] = []
+    seen: set[str] = set()
+    for i, sp in enumerate(specs):
+        label = build_scheme(cfg, sp).label()
+        if label in seen or (only_missing and all((label, str(n), str(cfg.task.eval_examples)) in have
+                                                  for n in eval_lengths(cfg.eval, cfg.train.seq_len))):
+            continue
+        if i == 0 and model is not None:
+            m, step = model, cfg.train.steps
+        else:
+            m, step = load_trained(run, cfg, device, sp, data, trained)
+        seen.add(label)
+        rows += evaluate_accuracy(m, cfg, data.task, device, step, run.path.name)
+    if rows:
+        _merge(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
+        run.update_meta(accuracy_csv_sha256=file_sha256(run.accuracy_csv))  # the report refuses an altered file
     return rows
 
 

@@ -4,6 +4,8 @@ results/runs/<scheme>-<model>-<data>-L<L>-s<seed>-<hash>/
     config.yaml   the resolved config          train.csv      step, loss, lr, tokens/s, val_loss
     meta.json     versions, device, status     eval.csv       one row per length × mode × scheme variant
     checkpoint.pt model, optimizer, step, cfg  positions.csv  per-position loss curves
+                                               accuracy.csv   a task run's accuracy rows (instead of eval.csv)
+A task run (task != lm) is named <task>-<scheme>-<model>-L<L>-s<seed>-<hash>.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     for k in ("eval", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
     d["scheme"] = {k: v for k, v in d["scheme"].items() if k != "eval_variants"}
+    if cfg.task.name == "lm":  # language modelling: the identity it had before tasks existed (same run names)
+        d.pop("task")
+    elif not (cfg.task.name == "passkey" and cfg.task.filler == "text"):  # a task that reads no corpus
+        d.pop("data")
     for k in BOOKKEEPING:  # how often to log/validate/checkpoint does not change the trained weights
         d["train"].pop(k)
     return d
@@ -54,6 +60,8 @@ def digest(d: Any, n: int = 8) -> str:
 def run_name(cfg: Config) -> str:
     """Readable prefix plus a hash of everything that changes the trained model (not eval/results/cache)."""
     h = digest(identity(cfg))
+    if cfg.task.name != "lm":
+        return f"{cfg.task.name}-{cfg.scheme['name']}-{cfg.model.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
     return f"{cfg.scheme['name']}-{cfg.model.name}-{cfg.data.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
 
 
@@ -180,6 +188,7 @@ class Run:
         self.train_csv = self.path / "train.csv"
         self.eval_csv = self.path / "eval.csv"
         self.positions_csv = self.path / "positions.csv"
+        self.accuracy_csv = self.path / "accuracy.csv"
         self.checkpoint = self.path / CHECKPOINT
 
     @classmethod

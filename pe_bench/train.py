@@ -18,6 +18,7 @@ from pe_bench.distributed import StopRequested, World, any_across, mean_across, 
 from pe_bench.model import Decoder, random_positions
 from pe_bench.progress import TrainProgress, use_bar
 from pe_bench.runs import Run, RunFileError, atomic_save, digest, identity, read_csv, write_csv
+from pe_bench.tasks import TaskData, batch_rng
 
 TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
 VAL_SEED = 1234
@@ -91,23 +92,46 @@ def batch_positions(tc: TrainConfig, g: torch.Generator, device: torch.device) -
     return random_positions(tc.random_positions, tc.seq_len, g).to(device)
 
 
+def next_batch(data: TokenizedCorpus | TaskData, split: str, tc: TrainConfig, g: torch.Generator, progress: float,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """x, y: (B, L) and the loss mask (B, L) — None for language modelling (every target scored), the answer
+    tokens for a task. A pure function of the generator ``g`` (and, for a task's curriculum, ``progress``)."""
+    if isinstance(data, TaskData):
+        if split == "train":
+            b = data.task.train_batch(batch_rng(g), tc.batch_size, tc.seq_len, progress)
+        else:  # held-out examples that fill L
+            b = data.task.heldout_set(tc.seq_len, tc.batch_size, seed=int(torch.randint(0, 2**31, (1,), generator=g)))
+        return b.x.to(device), b.y.to(device), b.mask.to(device)
+    x, y = random_batch(data.splits[split], tc.batch_size, tc.seq_len, g, device)
+    return x, y, None
+
+
+def loss_of(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean cross-entropy over the scored targets: all of them (mask None), or those where mask is True."""
+    if mask is None:
+        return F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none")
+    m = mask.flatten().float()
+    return (nll * m).sum() / m.sum().clamp(min=1)
+
+
 @torch.inference_mode()
-def validation_loss(model: Decoder, tokens: np.ndarray, tc: TrainConfig, device: torch.device) -> float:
+def validation_loss(model: Decoder, data: TokenizedCorpus | TaskData, tc: TrainConfig, device: torch.device) -> float:
     was_training = model.training
     model.eval()
     g = torch.Generator().manual_seed(VAL_SEED)
     ctx = autocast(tc, device)
     losses = []
     for _ in range(tc.val_batches):
-        x, y = random_batch(tokens, tc.batch_size, tc.seq_len, g, device)
+        x, y, mask = next_batch(data, "validation", tc, g, 1.0, device)
         with ctx:
             logits = model(x, batch_positions(tc, g, device))
-        losses.append(F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item())
+        losses.append(loss_of(logits, y, mask).item())
     model.train(was_training)
     return float(np.mean(losses))
 
 
-def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, progress: bool = True,
+def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: torch.device, progress: bool = True,
           world: World = World()) -> Decoder:
     """Train (or resume, or just load if already trained) the run's model; returns it in eval mode.
 
@@ -143,7 +167,6 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
     net = ddp or model
     fwd = torch.compile(net) if use_compile(tc, device) else net
     ctx = autocast(tc, device)
-    train_tokens, val_tokens = corpus.splits["train"], corpus.splits["validation"]
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum
     my_micro = list(range(world.rank, tc.grad_accum, world.size))  # this process's share of each step's batch
     model.train()
@@ -184,14 +207,14 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
             total = torch.zeros((), device=device)  # summed on the device: no host sync until a log line
             for i, micro in enumerate(my_micro):
                 g = batch_generator(cfg.seed, step, micro)
-                x, y = random_batch(train_tokens, tc.batch_size, tc.seq_len, g, device)
+                x, y, mask = next_batch(corpus, "train", tc, g, step / tc.steps, device)
                 positions = batch_positions(tc, g, device)
                 # DDP all-reduces (averages) gradients on the last micro-step only.
                 sync = ddp.no_sync() if ddp is not None and i < len(my_micro) - 1 else nullcontext()
                 with sync:
                     with ctx:
                         logits = fwd(x) if positions is None else fwd(x, positions)
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten()) / len(my_micro)
+                    loss = loss_of(logits, y, mask) / len(my_micro)
                     loss.backward()
                 total += loss.detach()
             # The norm is computed either way (max_norm=inf scales by 1): a non-finite one means divergence.
@@ -214,7 +237,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus, device: torch.device, 
                        "tokens_per_s": round(tps), "val_loss": "",
                        "elapsed_s": round(elapsed_before + now - t_start, 2)}
                 if world.is_main and (done % tc.val_interval == 0 or is_last):
-                    row["val_loss"] = round(validation_loss(model, val_tokens, tc, device), 5)
+                    row["val_loss"] = round(validation_loss(model, corpus, tc, device), 5)
                 history.append(row)
                 if world.is_main:
                     write_csv(run.train_csv, history, TRAIN_COLUMNS)

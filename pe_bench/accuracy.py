@@ -1,0 +1,112 @@
+"""Exact-match and per-token accuracy of a task run on its held-out examples at every evaluation length.
+
+Exact match counts an example as solved when the argmax at every answer position is the answer token, the answer's
+earlier tokens given. That is greedy decoding: if every teacher-forced argmax is right, greedy decoding writes the
+answer token by token; if one is wrong, greedy decoding writes a wrong token there. One forward pass per example.
+Per-token accuracy is the fraction of answer tokens whose argmax is right (teacher-forced).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pe_bench.config import Config
+from pe_bench.device import bf16_autocast, use_bf16
+from pe_bench.distributed import StopRequested, stop_requested
+from pe_bench.evaluate import eval_lengths, eval_positions
+from pe_bench.model import Decoder
+from pe_bench.progress import say
+from pe_bench.schemes import LengthNotSupported
+from pe_bench.tasks import Task, TaskLengthError
+
+ACCURACY_COLUMNS = ["task", "scheme", "base_scheme", "model", "L_train", "L_eval", "ratio", "depth", "exact_match",
+                    "token_accuracy", "solved", "examples", "answer_tokens", "seed", "step", "precision", "status",
+                    "note"]
+# A row is identified by every setting that changes its number (as eval.csv's EVAL_KEY).
+ACCURACY_KEY = ("scheme", "L_eval", "depth", "examples", "step", "precision")
+
+
+@torch.inference_mode()
+def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.device, step: int | None = None,
+                      name: str = "", quiet: bool = False) -> list[dict]:
+    """One row per eval length (× depth for passkey): exact match, per-token accuracy and their counts. A length
+    the task or the scheme cannot run at is a ``not_applicable`` row saying why; non-finite logits ``nonfinite``."""
+    L = cfg.train.seq_len
+    bf16 = use_bf16(cfg.train, device)
+    label = model.scheme.label()
+    base = {"task": cfg.task.name, "scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
+            "L_train": L, "seed": cfg.seed, "step": cfg.train.steps if step is None else step,
+            "precision": "bf16" if bf16 else "fp32", "examples": cfg.task.eval_examples}
+    head = " ".join(x for x in (name, "eval", label if label != cfg.scheme.get("name") else "") if x)
+    rows = []
+    model.eval()
+    for length in eval_lengths(cfg.eval, L):
+        if stop_requested():
+            raise StopRequested(f"stopped before evaluating at length {length}")
+        common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
+        out = []
+        for depth in task.eval_depths():
+            at = {**common, "depth": "" if depth is None else depth}
+            try:
+                batch = task.heldout_set(length, cfg.task.eval_examples, depth)
+                positions = eval_positions(cfg, length, device)
+                solved, correct, scored, finite = _score(model, batch, positions, device, bf16,
+                                                         cfg.eval.tokens_per_batch)
+            except (TaskLengthError, LengthNotSupported) as e:
+                out.append({**at, "exact_match": "", "token_accuracy": "", "solved": "", "answer_tokens": 0,
+                            "status": "not_applicable", "note": str(e)})
+                continue
+            if not finite:
+                out.append({**at, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
+                            "answer_tokens": scored, "status": "nonfinite",
+                            "note": "non-finite logits: the model overflowed or its weights are not finite"})
+                continue
+            out.append({**at, "exact_match": round(solved / len(batch.x), 6), "token_accuracy":
+                        round(correct / scored, 6), "solved": solved, "answer_tokens": scored, "status": "ok",
+                        "note": ""})
+        rows += out
+        ok = [r for r in out if r["status"] == "ok"]
+        if not quiet:
+            if ok:
+                em = sum(r["solved"] for r in ok) / sum(r["examples"] for r in ok)
+                ta = sum(r["token_accuracy"] * r["answer_tokens"] for r in ok) / sum(r["answer_tokens"] for r in ok)
+                say(f"{head} L={length}: exact match {em:.1%}, token accuracy {ta:.1%} "
+                    f"({sum(r['examples'] for r in ok)} held-out examples)")
+            else:
+                say(f"{head} L={length}: {out[0]['status']} ({out[0]['note']})")
+    return rows
+
+
+def _score(model: Decoder, batch, positions: torch.Tensor | None, device: torch.device, bf16: bool,
+           tokens_per_batch: int) -> tuple[int, int, int, bool]:
+    """(examples solved, answer tokens right, answer tokens, all logits finite) over a held-out batch."""
+    n = batch.x.shape[1]
+    per = max(1, tokens_per_batch // n)
+    solved = correct = scored = 0
+    finite = True
+    for i in range(0, len(batch.x), per):
+        x, y, mask = (t[i : i + per].to(device) for t in (batch.x, batch.y, batch.mask))
+        with bf16_autocast(device, bf16):
+            logits = model(x, positions)
+        finite &= bool(torch.isfinite(logits).all())
+        right = logits.argmax(-1) == y
+        solved += int((right | ~mask).all(1).sum())
+        correct += int((right & mask).sum())
+        scored += int(mask.sum())
+    return solved, correct, scored, finite
+
+
+def summary(rows: list[dict], train_len: int) -> str:
+    """``exact match at L 98.0%, 8L 12.0%`` over the ok rows (depths pooled)."""
+    parts = []
+    for n in sorted({int(r["L_eval"]) for r in rows}):
+        ok = [r for r in rows if int(r["L_eval"]) == n and r["status"] == "ok"]
+        ratio = n / train_len
+        name = "L" if ratio == 1 else f"{ratio:g}L"
+        if ok:
+            em = sum(int(r["solved"]) for r in ok) / sum(int(r["examples"]) for r in ok)
+            parts.append(f"{name} {em:.1%}")
+        else:
+            parts.append(f"{name} n/a")
+    return "exact match at " + ", ".join(parts) if parts else "no accuracy rows"
+
