@@ -30,19 +30,26 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 
 def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                    terms: torch.Tensor, positions: torch.Tensor,
-                    value_terms: Callable[[torch.Tensor], torch.Tensor | None]) -> torch.Tensor:
-    """Attention written out, for schemes whose logits depend on q or k beyond q·k (Shaw, Transformer-XL, CoPE).
+                    terms: torch.Tensor | None, positions: torch.Tensor,
+                    value_terms: Callable[[torch.Tensor], torch.Tensor | None],
+                    probe: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+    """Attention written out, for schemes whose logits depend on q or k beyond q·k (Shaw, Transformer-XL, CoPE), and
+    for every scheme when a ``probe`` wants the attention weights (``pe-bench analyze``).
 
     q, k, v: (B, H, T, D); mask: (1, H, T, T) additive (bias + causal) or None for plain causal; terms: (B, H, T, T)
-    extra logits; value_terms(probs) -> (B, H, T, D) or None, added to the output. Softmax in float32."""
-    logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5 + terms.float()
+    extra logits or None; value_terms(probs) -> (B, H, T, D) or None, added to the output; probe(probs) sees the
+    weights (B, H, T, T). Softmax in float32."""
+    logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+    if terms is not None:
+        logits = logits + terms.float()
     if mask is None:
         future = positions[None, :] > positions[:, None]
         logits = logits.masked_fill(future, float("-inf"))
     else:
         logits = logits + mask.float()
     probs = logits.softmax(-1)
+    if probe is not None:
+        probe(probs)
     out = probs.to(v.dtype) @ v
     extra = value_terms(probs)
     return out if extra is None else out + extra.to(out.dtype)

@@ -125,10 +125,34 @@ def _print_tables(df, split: str) -> None:
             console.print(rich_table(t, escape(f"perplexity on {split} — {mode} (columns: eval length)")))
 
 
-def _print_run_table(run_path: Path, split: str) -> None:
+def _print_accuracy_tables(acc) -> None:
+    """acc: a task_report.Accuracy — exact-match tables, one per task."""
+    from pe_bench.task_report import accuracy_table
+
+    for task in sorted(acc.df["task"].unique()):
+        t = accuracy_table(acc.df, task)
+        table = Table(title=escape(f"{task}: exact match in % on held-out examples (columns: eval length)"),
+                      header_style="bold")
+        for c in ("scheme", "L", *t.columns):
+            table.add_column(escape(str(c)), justify="left" if c == "scheme" else "right")
+        for (label, L), row in t.iterrows():
+            table.add_row(escape(str(label)), str(L), *[escape(str(v)) for v in row.tolist()])
+        console.print(table)
+
+
+def _print_run_table(run_path: Path, split: str, task: str = "lm") -> None:
     from pe_bench.report import collect_all
     from pe_bench.runs import Run
 
+    if task != "lm":
+        from pe_bench.task_report import collect_accuracy
+
+        acc = collect_accuracy([Run(run_path)])
+        for line in acc.left_out:
+            warn(f"left out: {line}")
+        if not acc.df.empty:
+            _print_accuracy_tables(acc)
+        return
     col = collect_all([Run(run_path)])
     for line in col.left_out:
         warn(f"left out: {line}")
@@ -156,7 +180,7 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     run = run_one(cfg, progress=progress)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports for the run
         return
-    _print_run_table(run.path, cfg.eval.split)
+    _print_run_table(run.path, cfg.eval.split, cfg.task.name)
     meta = run.meta()
     say(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train)")
 
@@ -204,8 +228,57 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                               "it is (each row records its step)")
         check_same_run(run, saved)
         evaluate_run(run, cfg, trained=saved)
-    _print_run_table(run.path, cfg.eval.split)
-    say(f"updated {run.eval_csv}")
+    _print_run_table(run.path, cfg.eval.split, saved.task.name)
+    say(f"updated {run.eval_csv if saved.task.name == 'lm' else run.accuracy_csv}")
+
+
+@app.command()
+@friendly
+def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>), any task."),
+            overrides: list[str] | None = typer.Argument(
+                None, metavar="KEY=VALUE", help="eval.* overrides (e.g. eval.lengths=[64,512]) and the scheme's "
+                "eval-time options (e.g. scheme.scaling.type=yarn scheme.scaling.factor=8)"),
+            examples: int = typer.Option(16, min=1, help="Inputs per length: text windows or held-out examples."),
+            buckets: int = typer.Option(32, min=1, help="Query-position buckets per length."),
+            out: Path | None = typer.Option(None, help="Where attention.csv/.png go (default: RUN_DIR/analysis).")
+            ) -> None:
+    """Attention diagnostics at every eval length: per layer and head, attention entropy, mean attended distance
+    and the mass on the first token, by query position — e.g. whether a scheme's heads go diffuse past L. Writes
+    attention.csv and attention.png."""
+    from pe_bench.runs import Run
+
+    run = Run(run_dir)
+    if not run.config.exists() or not run.checkpoint.exists():
+        raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
+                          "train one with `pe-bench train`")
+    saved = run.load_config()
+    cfg = apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
+    from pe_bench.analyze import analyze as attention_stats
+    from pe_bench.analyze import default_title, summary_lines, write_analysis
+    from pe_bench.build import build_scheme
+    from pe_bench.config import scheme_spec
+    from pe_bench.device import resolve_device
+    from pe_bench.evaluate import eval_lengths
+    from pe_bench.experiment import check_eval_overrides, check_same_run, load_data
+    from pe_bench.train import load_trained
+
+    check_eval_overrides(saved, cfg)
+    check_same_run(run, saved)
+    if run.meta().get("status") != "done":
+        warn(f"{run_dir} is not finished: analysing its last checkpoint")
+    device = resolve_device(cfg.train.device)
+    data = load_data(cfg)
+    spec = scheme_spec(cfg.scheme)
+    model, step = load_trained(run, cfg, device, spec, data, saved)
+    rows = attention_stats(model, cfg, data, device, examples, buckets)
+    label = build_scheme(cfg, spec).label()
+    suffix = "" if label == saved.scheme["name"] else "-" + "".join(c if c.isalnum() else "_" for c in label)
+    written = write_analysis(rows, out or run.path / f"analysis{suffix}",
+                             default_title(cfg, label, max(eval_lengths(cfg.eval, cfg.train.seq_len))))
+    for line in summary_lines(rows, cfg.train.seq_len):
+        say(line)
+    for p in written:
+        say(f"wrote {p}")
 
 
 SWEEP_HELP = ("sweep=NAME (configs/sweep/NAME.yaml; default: default), sweep.KEY=VALUE to change it, and run "
@@ -323,6 +396,10 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
                         f"{meta.get('wall_seconds', '')}", escape(str(meta.get("error") or p.detail * (p.state in LEFT))))
     console.print(summary)
     runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
+    task_runs = [p.run for p in points if p.cfg.task.name != "lm" and p.run in runs]
+    if task_runs:
+        _report_tasks(task_runs, out, plots=True, title=title)
+    runs = [r for r in runs if r not in task_runs]
     # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere
     wanted = {p.run.path.name: (set(eval_lengths(p.cfg.eval, p.cfg.train.seq_len)), p.cfg.eval) for p in points}
 
@@ -394,7 +471,15 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     from pe_bench.report import compare as paired
     from pe_bench.runs import Run
 
+    from pe_bench.task_report import is_task_run
+
     runs = [Run(p) for p in _find_runs(paths)]
+    task_runs = [r for r in runs if is_task_run(r)]
+    if task_runs:
+        _report_tasks(task_runs, out, plots)
+        runs = [r for r in runs if r not in task_runs]
+        if not runs:
+            return
     col, pos = collect_all(runs), collect_positions(runs)
     for line in col.left_out:
         warn(f"left out: {line}")
@@ -430,6 +515,27 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     if col.left_out:
         warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
                   f"{len(runs) - len(col.left_out)}")
+
+
+def _report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> None:
+    """The accuracy tables and plots of task runs (left-out runs named): printed and written under ``out``."""
+    from pe_bench.task_report import collect_accuracy, write_accuracy_report
+
+    acc = collect_accuracy(runs)
+    for line in acc.left_out:
+        warn(f"left out: {line}")
+    if acc.df.empty:
+        raise ConfigError(f"no usable accuracy rows in {len(runs)} task run directories ({len(acc.left_out)} left "
+                          "out, above)")
+    _print_accuracy_tables(acc)
+    title = title or f"pe-bench report: {len(runs) - len(acc.left_out)} task runs"
+    try:
+        written = write_accuracy_report(acc, out, title, plots)
+    except ImportError:
+        written = write_accuracy_report(acc, out, title, plots=False)
+        warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
+    for p in written:
+        say(f"wrote {p}")
 
 
 def _write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -11,6 +12,8 @@ from torch import nn
 
 from pe_bench.attention import attend, attend_explicit, causal_bias_mask
 from pe_bench.schemes import Scheme
+
+Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
 
 
 @dataclass
@@ -38,17 +41,19 @@ class CausalSelfAttention(nn.Module):
         self.dropout = nn.Dropout(args.dropout)
 
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
-                mask: torch.Tensor | None, layer: int) -> torch.Tensor:
-        """x: (B, T, C) -> (B, T, C)."""
+                mask: torch.Tensor | None, layer: int, probe: Probe | None = None) -> torch.Tensor:
+        """x: (B, T, C) -> (B, T, C). ``probe(layer, probs)``: sees the attention weights (B, H, T, T), computed
+        explicitly from the same q, k, bias and terms (for diagnostics)."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
         q, k = scheme.rotate(q, k, positions)
         terms = scheme.score_terms(q, k, positions, layer)
-        if terms is None:
+        if terms is None and probe is None:
             y = attend(q, k, v, mask)
         else:
             y = attend_explicit(q, k, v, mask, terms, positions,
-                                lambda probs: scheme.value_terms(probs, positions, layer))
+                                lambda probs: None if terms is None else scheme.value_terms(probs, positions, layer),
+                                None if probe is None else lambda probs: probe(layer, probs))
         return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
 
@@ -73,8 +78,8 @@ class Block(nn.Module):
         self.mlp = MLP(args)
 
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
-                mask: torch.Tensor | None, layer: int) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), scheme, positions, mask, layer)
+                mask: torch.Tensor | None, layer: int, probe: Probe | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), scheme, positions, mask, layer, probe)
         return x + self.mlp(self.ln2(x))
 
 
@@ -104,8 +109,10 @@ class Decoder(nn.Module):
             std = 0.02 / math.sqrt(2 * self.args.n_layers) if name.endswith("proj.weight") else 0.02
             nn.init.normal_(p, 0.0, std)
 
-    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """idx: (B, T) token ids; positions: (T,) defaults to 0..T-1. -> logits (B, T, V)."""
+    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
+                probe: Probe | None = None) -> torch.Tensor:
+        """idx: (B, T) token ids; positions: (T,) defaults to 0..T-1. -> logits (B, T, V). ``probe(layer, probs)``
+        sees every layer's attention weights (B, H, T, T) (pe_bench.analyze)."""
         T = idx.shape[1]
         if positions is None:
             positions = torch.arange(T, device=idx.device)
@@ -115,7 +122,7 @@ class Decoder(nn.Module):
             if layer == 0 or self.scheme.bias_per_layer:  # one bias per forward unless the scheme is per-layer
                 bias = self.scheme.score_bias(positions, positions, layer)
                 mask = None if bias is None else causal_bias_mask(bias, positions, positions)
-            x = block(x, self.scheme, positions, mask, layer)
+            x = block(x, self.scheme, positions, mask, layer, probe)
         return self.lm_head(self.ln_f(x))
 
     def num_params(self) -> int:

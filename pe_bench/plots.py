@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pe_bench.report import Collected, row_names
@@ -415,3 +416,107 @@ def _save(fig, path: Path) -> None:
     fig.savefig(tmp, format="png", metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Task runs: accuracy vs eval length, and the passkey heatmap
+# ---------------------------------------------------------------------------------------------------------------
+def accuracy_figure(df: pd.DataFrame, title: str = ""):
+    """One panel per (task, L): exact match (%, mean over seeds, depths pooled; min–max band over seeds) vs eval
+    length on a log2 axis, one line per row; cells without a number (n/a, diverged) are gaps."""
+    from pe_bench.task_report import per_seed
+
+    d = per_seed(df)
+    d = d[d["status"] == "ok"]
+    if d.empty:
+        return None
+    cells = list(dict.fromkeys(zip(d["task"], d["L_train"].astype(int))))
+    fig, axes = _figure(len(cells), 1)
+    for (task, L), row in zip(cells, axes):
+        ax = row[0]
+        c = d[(d["task"] == task) & (d["L_train"] == L)]
+        for name in dict.fromkeys(c.sort_values("label", kind="stable")["label"]):
+            g = c[c["label"] == name].groupby("L_eval")["value"]
+            m, lo, hi = g.mean() * 100, g.min() * 100, g.max() * 100
+            _draw(ax, name, m.index.to_numpy(), m.to_numpy(), (lo.to_numpy(), hi.to_numpy()) if
+                  c[c["label"] == name]["seed"].nunique() > 1 else None)
+        _mark_L(ax, int(L))
+        ax.set_xscale("log", base=2)
+        lengths = sorted(c["L_eval"].unique())
+        ax.set_xticks(lengths, [str(int(n)) for n in lengths])
+        ax.minorticks_off()
+        ax.set_ylim(-3, 103)
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel("exact match (%)")
+        ax.set_title(f"{task} — trained at L = {L}", fontsize=10)
+        ax.grid(alpha=0.3)
+    _legends(axes)
+    fig.suptitle(title or "accuracy vs evaluation length", fontsize=11)
+    return fig
+
+
+def plot_accuracy(df: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    fig = accuracy_figure(df, title)
+    if fig is None:
+        return None
+    _save(fig, path)
+    return path
+
+
+def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
+    """The needle-in-a-haystack picture: one panel per passkey row (scheme), exact match (%, mean over seeds) by
+    context length (columns) × depth of the key (rows, 0 % = right after BOS); L is outlined; no number is grey."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = df[(df["task"] == "passkey") & (df["depth"] != "")]
+    if d.empty:
+        return None
+    names = list(dict.fromkeys(d.sort_values(["L_train", "label"], kind="stable")[["label", "L_train"]]
+                               .itertuples(index=False, name=None)))
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 1.2, 3.2 * rows + 0.8), dpi=110, squeeze=False,
+                             layout="constrained")
+    cmap = matplotlib.colormaps["RdYlGn"].copy()
+    cmap.set_bad("#d0d0d0")
+    image = None
+    for ax, (name, L) in zip(axes.flat, names):
+        c = d[(d["label"] == name) & (d["L_train"] == L)].copy()
+        c["depth"] = c["depth"].astype(float)
+        ok = c[c["status"] == "ok"].groupby(["depth", "L_eval"])["exact_match"].mean()
+        lengths = sorted(c["L_eval"].unique())
+        depths = sorted(c["depth"].unique())
+        grid = np.full((len(depths), len(lengths)), np.nan)
+        for (dep, n), v in ok.items():
+            grid[depths.index(dep), lengths.index(n)] = 100 * v
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=100, aspect="auto",
+                          origin="upper", interpolation="nearest")
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=6.5,
+                        color="black" if 25 < v < 85 else "white")
+        if int(L) in lengths:
+            j = lengths.index(int(L))
+            ax.add_patch(plt.Rectangle((j - 0.5, -0.5), 1, len(depths), fill=False, lw=2.0, ec="#303030"))
+        ax.set_xticks(range(len(lengths)), [str(int(n)) for n in lengths], fontsize=8)
+        ax.set_yticks(range(len(depths)), [f"{100 * x:.0f}%" for x in depths], fontsize=7)
+        ax.set_xlabel("context length (tokens)", fontsize=8)
+        ax.set_ylabel("depth of the key", fontsize=8)
+        ax.set_title(f"{name} (L = {L})", fontsize=9)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.8, label="exact match (%)")
+    fig.suptitle(title or "passkey retrieval: exact match by context length × depth (L outlined)", fontsize=11)
+    return fig
+
+
+def plot_passkey_heatmap(df: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    fig = passkey_heatmap_figure(df, title)
+    if fig is None:
+        return None
+    _save(fig, path)
+    return path

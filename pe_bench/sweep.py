@@ -61,6 +61,7 @@ class SweepConfig:
     schemes: list[str] = field(default_factory=lambda: ["all"])  # "all" = every registered scheme
     seeds: list[int] = field(default_factory=lambda: [0])
     seq_lens: list[int] | None = None  # training lengths L; None = the train preset's seq_len
+    task: str = "lm"  # a task preset (configs/task); several: grid: {task: [passkey, copy]}
     model: str = "tiny"
     data: str = "shakespeare"
     train: str = "quick"
@@ -133,6 +134,8 @@ def _axes(sweep: SweepConfig) -> dict[str, list[str]]:
         "seed": [str(s) for s in sweep.seeds],
         "model": [sweep.model], "data": [sweep.data], "train": [sweep.train], "eval": [sweep.eval],
     }
+    if sweep.task != "lm":  # (an lm sweep's overrides stay what they were before tasks existed)
+        axes["task"] = [sweep.task]
     if sweep.seq_lens:
         axes["train.seq_len"] = [str(n) for n in sweep.seq_lens]
     for key, values in sweep.grid.items():
@@ -363,12 +366,14 @@ def _shape(d: dict[str, Any]) -> tuple:
     from pe_bench.evaluate import eval_lengths
 
     m, data, t, e = d["model"], d["data"], d["train"], d["eval"]
+    task = d.get("task") or {"name": "lm"}
     lengths = eval_lengths(SimpleNamespace(lengths=e.get("lengths"), ratios=e.get("ratios")), t["seq_len"])
     return (tuple(sorted((k, v) for k, v in m.items() if k != "name")),
             data.get("tokenizer"), data.get("vocab_size") if data.get("tokenizer") != "byte" else None,
             t["steps"], t["batch_size"], t["seq_len"], t.get("grad_accum", 1),
             tuple(lengths), tuple(e.get("modes") or ()), e.get("max_tokens"), e.get("sliding_max_tokens"),
-            e.get("stride"), e.get("variants"))
+            e.get("stride"), e.get("variants"),
+            () if task.get("name", "lm") == "lm" else tuple(sorted(task.items())))
 
 
 def _finished_runs(dirs: set[Path]) -> list[tuple[tuple, str, float, float, str, str]]:

@@ -1,0 +1,186 @@
+"""Attention diagnostics: where a scheme fails. At each evaluation length, per layer and head, as a function of the
+query position (bucketed): the attention entropy (also divided by its maximum, log of the number of visible keys),
+the mean attended distance Σ_j p_ij (i − j), and the attention mass on the first token (a "sink").
+
+The weights come from the model's own attention (``Decoder.forward(probe=...)``): the scheme's rotate, bias and
+terms hooks, softmax written out (pe_bench.attention.attend_explicit), so no scheme is implemented twice. Statistics
+are reduced per batch; a batch holds at most ``MAX_ELEMENTS`` attention weights, so memory stays bounded at 8L.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pe_bench.config import Config
+from pe_bench.evaluate import eval_lengths, eval_positions
+from pe_bench.model import Decoder
+from pe_bench.runs import write_csv
+
+ATTENTION_COLUMNS = ["scheme", "task", "L_train", "L_eval", "layer", "head", "q_start", "q_end", "queries", "entropy",
+                     "entropy_norm", "distance", "sink_mass"]
+MAX_ELEMENTS = 2**24  # attention weights (B·H·T·T) per forward: 64 MiB of float32 per layer
+
+
+class AttentionStats:
+    """Sums of the per-query statistics by (layer, head, position bucket), filled by the model's probe."""
+
+    def __init__(self, n_layers: int, n_heads: int, length: int, buckets: int) -> None:
+        self.edges = np.unique(np.linspace(0, length, min(buckets, length) + 1).round().astype(int))
+        nb = len(self.edges) - 1
+        self.bucket = torch.bucketize(torch.arange(length), torch.as_tensor(self.edges[1:-1]), right=True)
+        self.sums = {k: torch.zeros(n_layers, n_heads, nb, dtype=torch.float64)
+                     for k in ("entropy", "entropy_norm", "distance", "sink_mass")}
+        self.count = torch.zeros(nb, dtype=torch.float64)
+
+    def __call__(self, layer: int, probs: torch.Tensor) -> None:
+        """probs: (B, H, T, T) attention weights (rows sum to 1 over the visible keys j <= i)."""
+        B, H, T, _ = probs.shape
+        p = probs.detach().float().cpu()
+        i = torch.arange(T, dtype=torch.float32)
+        entropy = -torch.special.xlogy(p, p).sum(-1)  # (B, H, T); 0·log 0 = 0
+        visible = torch.log(i + 1)  # the entropy of uniform attention over the i + 1 visible keys
+        norm = torch.where(visible > 0, entropy / visible.clamp(min=1e-12), torch.zeros(()))
+        distance = i * p.sum(-1) - p @ i  # Σ_j p_ij (i − j): future weights are 0
+        stats = {"entropy": entropy, "entropy_norm": norm, "distance": distance, "sink_mass": p[..., 0]}
+        bucket = self.bucket[:T]
+        for k, v in stats.items():
+            per_query = v.double().sum(0)  # (H, T): summed over the batch
+            self.sums[k][layer].index_add_(1, bucket, per_query)
+        if layer == 0:
+            self.count.index_add_(0, bucket, torch.full((T,), float(B), dtype=torch.float64))
+
+    def rows(self, common: dict) -> list[dict]:
+        out = []
+        n_layers, n_heads, nb = self.sums["entropy"].shape
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                for b in range(nb):
+                    n = float(self.count[b])
+                    if not n:
+                        continue
+                    out.append({**common, "layer": layer, "head": head, "q_start": int(self.edges[b]),
+                                "q_end": int(self.edges[b + 1]), "queries": int(n),
+                                **{k: round(float(v[layer, head, b]) / n, 6) for k, v in self.sums.items()}})
+        return out
+
+
+def inputs_at(cfg: Config, data, length: int, examples: int) -> torch.Tensor:
+    """(N, length) token ids to analyse: the first ``examples`` non-overlapping windows of the evaluation split
+    (task=lm), or the task's held-out examples (random depths)."""
+    from pe_bench.tasks import TaskData
+
+    if isinstance(data, TaskData):
+        return data.task.heldout_set(length, examples).x
+    tokens = data.splits[cfg.eval.split]
+    n = min(examples, (len(tokens) - 1) // length)
+    if n < 1:
+        raise ValueError(f"the {cfg.eval.split} split has {len(tokens)} tokens, fewer than one window of {length}")
+    return torch.from_numpy(np.asarray(tokens[: n * length], dtype=np.int64).reshape(n, length))
+
+
+@torch.inference_mode()
+def analyze(model: Decoder, cfg: Config, data, device: torch.device, examples: int = 16,
+            buckets: int = 32) -> list[dict]:
+    """Attention statistics of the model at every evaluation length (rows of ATTENTION_COLUMNS)."""
+    model.eval()
+    L = cfg.train.seq_len
+    args = model.args
+    rows = []
+    for length in eval_lengths(cfg.eval, L):
+        x = inputs_at(cfg, data, length, examples)
+        positions = eval_positions(cfg, length, device)
+        stats = AttentionStats(args.n_layers, args.n_heads, length, buckets)
+        per = max(1, MAX_ELEMENTS // (args.n_heads * length * length))
+        for i in range(0, len(x), per):
+            model(x[i : i + per].to(device), positions, probe=stats)
+        rows += stats.rows({"scheme": model.scheme.label(), "task": cfg.task.name, "L_train": L, "L_eval": length})
+    return rows
+
+
+def summary_lines(rows: list[dict], train_len: int) -> list[str]:
+    """One line per eval length: the statistics averaged over layers and heads, for queries before L and from L on
+    (weighted by queries)."""
+    out = []
+    for n in sorted({r["L_eval"] for r in rows}):
+        parts = []
+        for name, keep in (("< L", lambda r: r["q_end"] <= train_len), (">= L", lambda r: r["q_start"] >= train_len)):
+            sel = [r for r in rows if r["L_eval"] == n and keep(r)]
+            w = sum(r["queries"] for r in sel)
+            if w:
+                mean = {k: sum(r[k] * r["queries"] for r in sel) / w for k in ("entropy_norm", "distance", "sink_mass")}
+                parts.append(f"queries {name}: entropy/log(keys) {mean['entropy_norm']:.2f}, distance "
+                             f"{mean['distance']:.1f}, sink {mean['sink_mass']:.2f}")
+        out.append(f"L_eval={n}: " + "; ".join(parts))
+    return out
+
+
+def write_analysis(rows: list[dict], out: Path, title: str) -> list[Path]:
+    """attention.csv and (with matplotlib) attention.png under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "attention.csv", rows, ATTENTION_COLUMNS)
+    written = [out / "attention.csv"]
+    try:
+        fig = attention_figure(rows, title)
+    except ImportError:
+        return written
+    from pe_bench.plots import _save
+
+    _save(fig, out / "attention.png")
+    return written + [out / "attention.png"]
+
+
+PANELS = (("entropy_norm", "entropy / log(visible keys)"), ("distance", "mean attended distance (tokens)"),
+          ("sink_mass", "attention mass on token 0"))
+
+
+def attention_figure(rows: list[dict], title: str = ""):
+    """Rows: the three statistics; columns: layers; one line per head at the longest evaluation length (it covers
+    every query position; for text, a query at position i sees the same keys at every length), x = query position;
+    the training length L marked; uniform attention dotted (entropy 1, distance i/2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pe_bench.plots import L_LINE
+
+    n_layers = max(r["layer"] for r in rows) + 1
+    n_heads = max(r["head"] for r in rows) + 1
+    L = rows[0]["L_train"]
+    longest = max(r["L_eval"] for r in rows)
+    fig, axes = plt.subplots(len(PANELS), n_layers, figsize=(3.4 * n_layers + 1.5, 2.7 * len(PANELS) + 0.8),
+                             dpi=110, squeeze=False, sharex=True, sharey="row", layout="constrained")
+    colours = matplotlib.colormaps["tab10"]
+    for col in range(n_layers):
+        for r, (key, words) in enumerate(PANELS):
+            ax = axes[r][col]
+            for head in range(n_heads):
+                pts = sorted((0.5 * (x["q_start"] + x["q_end"] - 1), x[key]) for x in rows
+                             if x["layer"] == col and x["head"] == head and x["L_eval"] == longest)
+                ax.plot(*zip(*pts), color=colours(head % 10), lw=1.4, label=f"head {head}")
+            if key == "entropy_norm":
+                ax.axhline(1.0, color="#555555", lw=0.8, ls=":", label="uniform attention")
+            if key == "distance":
+                ax.plot([0, longest], [0, longest / 2], color="#555555", lw=0.8, ls=":", label="uniform attention")
+            ax.axvline(L, label=f"L = {L} (training length)", **L_LINE)
+            ax.grid(alpha=0.3)
+            if r == 0:
+                ax.set_title(f"layer {col}", fontsize=10)
+            if col == 0:
+                ax.set_ylabel(words, fontsize=8)
+            if r == len(PANELS) - 1:
+                ax.set_xlabel("query position", fontsize=8)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    axes[0][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    fig.suptitle(title or f"attention by query position at {longest} tokens (trained at L = {L})", fontsize=11)
+    return fig
+
+
+def default_title(cfg: Config, label: str, longest: int) -> str:
+    what = cfg.data.name if cfg.task.name == "lm" else f"task {cfg.task.name}"
+    return (f"{label} on {what}: attention by query position in {longest}-token inputs "
+            f"(trained at L = {cfg.train.seq_len}; lines: heads)")
+
