@@ -117,14 +117,13 @@ class Task:
         """A training batch at length n: sizes drawn per task.train_lengths (``progress``: the fraction of training
         done, for the curriculum), depths uniform in [0, 1]."""
         top = self.max_size(n)
+        lo, hi = self.min_size, top
         if self.cfg.train_lengths == "fixed":
-            hi = top
+            lo = top
         elif self.cfg.train_lengths == "curriculum":
             grown = min(1.0, progress / self.cfg.curriculum_fraction)
             hi = self.min_size + round(grown * (top - self.min_size))
-        else:
-            hi = top
-        sizes = rng.integers(self.min_size, hi + 1, size=batch_size) if hi > self.min_size else [hi] * batch_size
+        sizes = rng.integers(lo, hi + 1, size=batch_size)
         depths = rng.random(batch_size)
         return self.collate([self.draw(rng, int(k), float(d), heldout=False) for k, d in zip(sizes, depths)], n)
 

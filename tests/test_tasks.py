@@ -1,0 +1,291 @@
+"""Synthetic tasks: the generators (shapes, answer masks, determinism, held-out sets disjoint from training), the
+exact-match evaluator on hand-made logits, a tiny run that learns `copy`, and the task config errors."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+from pe_bench.accuracy import _score
+from pe_bench.cli import app
+from pe_bench.config import TaskConfig, compose
+from pe_bench.runs import run_name
+from pe_bench.tasks import BOS, DIGIT0, HELDOUT_BUCKETS, MARK, PAD, SEP, SYMBOL0, build_task
+
+runner = CliRunner()
+TASKS = ["passkey", "assoc_recall", "copy", "reverse", "addition"]
+
+
+def task(name: str, **options):
+    return build_task(TaskConfig(name=name, **options))
+
+
+def answer_length(name: str, n: int, cfg: TaskConfig) -> int:
+    return {"passkey": cfg.key_digits, "assoc_recall": cfg.queries, "copy": (n - 1) // 2,
+            "reverse": (n - 1) // 2, "addition": (n - 3) // 3 + 1}[name]
+
+
+@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("n", [32, 64, 257])
+def test_heldout_examples_fill_the_length_and_score_only_the_answer(name, n):
+    t = task(name)
+    b = t.heldout_set(n, 6)
+    assert b.x.shape == b.y.shape == b.mask.shape == (6, n)
+    assert b.x.dtype == torch.int64 and b.mask.dtype == torch.bool
+    assert torch.equal(b.x[:, 1:], b.y[:, :-1])  # y is x shifted by one
+    assert (b.x[:, 0] == BOS).all()
+    assert (b.mask.sum(1) == answer_length(name, n, t.cfg)).all()
+    assert ((b.x >= 0) & (b.x < t.vocab_size)).all()
+    assert not (b.y[b.mask] == PAD).any()  # an answer token is never padding
+    # Every answer sits at the end of its example (the question, then the answer, then at most padding)
+    last = torch.where(b.y != PAD, torch.arange(n), -1).max(1).values
+    assert (b.mask.int().argmax(1) + b.mask.sum(1) - 1 <= last).all()
+
+
+def _seq(b, i: int) -> list[int]:
+    return torch.cat([b.x[i, :1], b.y[i]]).tolist()
+
+
+def test_copy_and_reverse_answers_are_the_string():
+    for name, order in (("copy", 1), ("reverse", -1)):
+        b = task(name).heldout_set(21, 4)
+        for i in range(4):
+            s = _seq(b, i)
+            k = 10
+            assert s[k + 1] == SEP
+            assert b.y[i][b.mask[i]].tolist() == s[1 : k + 1][::order]
+
+
+def test_passkey_answer_is_the_key_after_the_mark_at_the_asked_depth():
+    t = task("passkey", key_digits=4)
+    for depth in (0.0, 0.5, 1.0):
+        b = t.heldout_set(60, 3, depth)
+        filler = 60 - 2 * 4 - 2
+        for i in range(3):
+            s = _seq(b, i)
+            at = s.index(MARK)
+            assert at == 1 + round(depth * filler)  # BOS, then `depth` of the filler
+            key = s[at + 1 : at + 5]
+            assert all(DIGIT0 <= d < DIGIT0 + 10 for d in key)
+            assert b.y[i][b.mask[i]].tolist() == key
+            assert s[-5] == SEP
+
+
+def test_assoc_recall_answers_are_the_values_of_the_asked_keys():
+    t = task("assoc_recall", queries=3)
+    b = t.heldout_set(41, 5)
+    for i in range(5):
+        s = _seq(b, i)
+        sep = s.index(SEP)
+        pairs = dict(zip(s[1:sep:2], s[2:sep:2]))
+        assert len(pairs) == (sep - 1) // 2  # keys are distinct
+        asked = s[sep + 1 :: 2][:3]
+        assert b.y[i][b.mask[i]].tolist() == [pairs[k] for k in asked]
+
+
+@pytest.mark.parametrize("reverse", [True, False])
+def test_addition_answer_is_the_sum(reverse):
+    b = task("addition", reverse_digits=reverse).heldout_set(40, 8)  # 12-digit operands
+    for i in range(8):
+        s = _seq(b, i)
+        plus, eq = s.index(MARK), s.index(SEP)
+        digits = [s[1:plus], s[plus + 1 : eq], b.y[i][b.mask[i]].tolist()]
+        a, c, total = (int("".join(str(d - DIGIT0) for d in (x[::-1] if reverse else x))) for x in digits)
+        assert len(digits[0]) == 12 and len(digits[2]) == 13
+        assert a + c == total
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_batches_are_a_pure_function_of_the_seed(name):
+    t = task(name)
+    a = t.train_batch(np.random.default_rng(7), 8, 48)
+    b = t.train_batch(np.random.default_rng(7), 8, 48)
+    c = t.train_batch(np.random.default_rng(8), 8, 48)
+    assert torch.equal(a.x, b.x) and torch.equal(a.mask, b.mask)
+    assert not torch.equal(a.x, c.x)
+    assert torch.equal(t.heldout_set(48, 5).x, t.heldout_set(48, 5).x)
+
+
+def test_training_sizes_are_drawn_up_to_L_and_the_curriculum_grows_them():
+    t = task("copy")
+    b = t.train_batch(np.random.default_rng(0), 256, 65)  # strings of 1..32
+    sizes = b.mask.sum(1)
+    assert sizes.min() == 1 and sizes.max() == 32
+    fixed = task("copy", train_lengths="fixed").train_batch(np.random.default_rng(0), 16, 65)
+    assert (fixed.mask.sum(1) == 32).all()
+    cur = task("copy", train_lengths="curriculum", curriculum_fraction=0.5)
+    early = cur.train_batch(np.random.default_rng(0), 256, 65, progress=0.1).mask.sum(1)
+    late = cur.train_batch(np.random.default_rng(0), 256, 65, progress=0.5).mask.sum(1)
+    assert early.max() <= 1 + round(0.2 * 31) and late.max() == 32
+
+
+def _questions(name: str, b) -> set[bytes]:
+    out = set()
+    for i in range(len(b.x)):
+        s = _seq(b, i)
+        if name == "copy":
+            k = int(b.mask[i].sum())
+            out.add(np.array(s[1 : k + 1], dtype=np.uint16).tobytes())
+        else:  # passkey: the key
+            out.add(np.array([x - DIGIT0 for x in b.y[i][b.mask[i]].tolist()], dtype=np.uint8).tobytes())
+    return out
+
+
+@pytest.mark.parametrize("name,options,n", [("copy", {"symbols": 2}, 9), ("passkey", {"key_digits": 2}, 12)])
+def test_heldout_questions_never_appear_in_training(name, options, n):
+    """Few distinct questions (16 strings, 100 keys): training draws all of its own, never a held-out one."""
+    t = task(name, train_lengths="fixed", **options)
+    train = set()
+    for seed in range(40):
+        train |= _questions(name, t.train_batch(np.random.default_rng(seed), 64, n))
+    heldout = _questions(name, t.heldout_set(n, 200))
+    assert heldout and train
+    assert not train & heldout
+    assert all(zlib.crc32(q) % HELDOUT_BUCKETS == 0 for q in heldout)
+    assert all(zlib.crc32(q) % HELDOUT_BUCKETS for q in train)
+
+
+class FixedLogits(nn.Module):
+    """Returns the logits it was given, whatever the input (the evaluator's view of a model)."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, x, positions=None):
+        return self.logits[: len(x)]
+
+
+def test_exact_match_and_token_accuracy_on_hand_made_logits():
+    b = task("copy").heldout_set(21, 4)  # 4 examples × 10 answer tokens
+    logits = torch.nn.functional.one_hot(b.y, 40).float() * 5
+    logits[1, b.mask[1].nonzero()[3, 0]] = torch.nn.functional.one_hot(torch.tensor(SYMBOL0), 40) * 9  # one miss
+    logits[2, b.mask[2].nonzero()[:, 0]] = 0.0
+    logits[2, b.mask[2].nonzero()[:, 0], PAD] = 1.0  # a whole answer wrong
+    logits[3, ~b.mask[3]] = 0.0  # wrong outside the answer: not scored
+    if b.y[1, b.mask[1].nonzero()[3, 0]] == SYMBOL0:
+        pytest.skip("the altered token happens to be the answer")
+    solved, correct, scored, finite = _score(FixedLogits(logits), b, None, torch.device("cpu"), False, 10_000)
+    assert (solved, correct, scored, finite) == (2, 40 - 1 - 10, 40, True)
+    logits[0, 0, 0] = float("nan")
+    assert _score(FixedLogits(logits), b, None, torch.device("cpu"), False, 10_000)[3] is False
+
+
+def test_lm_run_names_are_unchanged_and_task_runs_have_their_own():
+    """The committed results keep their run directories: task=lm adds nothing to a run's identity."""
+    assert run_name(compose(["scheme=rope"])) == "rope-tiny-shakespeare-L64-s0-7397d1b0"
+    copy = run_name(compose(["scheme=rope", "task=copy"]))
+    assert copy.startswith("copy-rope-tiny-L64-s0-")
+    assert run_name(compose(["scheme=rope", "task=copy", "task.symbols=8"])) != copy
+    # the corpus is not part of a task's identity unless the task reads it (passkey with text filler)
+    assert run_name(compose(["scheme=rope", "task=copy", "data=wikitext2"])) == copy
+    text = ["scheme=rope", "task=passkey", "task.filler=text"]
+    assert run_name(compose([*text, "data=wikitext2"])) != run_name(compose(text))
+
+
+@pytest.mark.slow
+def test_a_tiny_run_learns_copy_at_L(tmp_path):
+    r = runner.invoke(app, ["train", "task=copy", "scheme=rope", "task.symbols=8", "train.seq_len=13",
+                            "model.n_layers=2", "model.d_model=64", "train.steps=250", "train.batch_size=32",
+                            "train.lr=3e-3", "train.warmup_steps=20", "eval.ratios=[1,2]", "eval.variants=false",
+                            "task.eval_examples=64", f"results_dir={tmp_path}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    rows = list(__import__("csv").DictReader(next(tmp_path.glob("runs/*/accuracy.csv")).open()))
+    at_L = next(row for row in rows if row["L_eval"] == "13")
+    assert float(at_L["exact_match"]) >= 0.9, rows
+    assert float(at_L["token_accuracy"]) >= 0.95
+
+
+BAD = [
+    (["task=copy", "task.key_digits=3"], "task.key_digits=3 is not read by task=copy; it is an option of task=passkey"),
+    (["task.symbols=8"], "task.symbols=8 is not read by task=lm"),
+    (["task=passkey", "train.seq_len=10"], "train.seq_len=10 is too short for task=passkey: one example needs at "
+     "least 12 tokens"),
+    (["task=addition", "train.seq_len=5"], "train.seq_len=5 is too short for task=addition"),
+    (["task=copy", "task.train_lengths=random"], "task.train_lengths='random' is not one of: uniform, curriculum"),
+    (["task=passkey", "task.filler=noise"], "task.filler='noise' is not one of: random, text"),
+    (["task=sorting"], "unknown task preset 'sorting'; choose one of: addition, assoc_recall, copy, lm, passkey"),
+    (["task=copy", "task.symbols=1"], "task.symbols=1 is out of range: must be >= 2"),
+    (["task=passkey", "task.filler=text", "task.symbols=8"], "task.symbols is not read by task.filler=text"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_task_options_are_one_line_and_exit_2(args, message, tmp_path):
+    r = runner.invoke(app, ["train", *args, f"results_dir={tmp_path / 'r'}"])
+    assert r.exit_code == 2, r.output
+    assert message in r.output, r.output
+    assert r.output.strip().count("\n") == 0 and "Traceback" not in r.output
+    assert not (tmp_path / "r").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention diagnostics (pe-bench analyze)
+# ---------------------------------------------------------------------------------------------------------------
+def test_diagnostics_on_hand_built_attention_patterns():
+    from pe_bench.analyze import AttentionStats
+
+    T = 8
+    causal = torch.tril(torch.ones(T, T))
+    uniform = (causal / causal.sum(-1, keepdim=True))[None, None]  # (1, 1, T, T)
+    previous = torch.zeros(T, T)
+    previous[0, 0] = 1.0
+    previous[torch.arange(1, T), torch.arange(T - 1)] = 1.0  # each query on the token before it
+    stats = AttentionStats(n_layers=2, n_heads=2, length=T, buckets=T)
+    stats(0, torch.cat([uniform, previous[None, None]], 1))  # layer 0: head 0 uniform, head 1 previous token
+    stats(1, torch.cat([uniform, uniform], 1))
+    rows = {(r["layer"], r["head"], r["q_start"]): r for r in stats.rows({})}
+    for i in range(T):
+        u, p = rows[(0, 0, i)], rows[(0, 1, i)]
+        assert u["entropy"] == pytest.approx(np.log(i + 1), abs=1e-5)
+        assert u["entropy_norm"] == pytest.approx(1.0 if i else 0.0, abs=1e-5)
+        assert u["distance"] == pytest.approx(i / 2, abs=1e-5)
+        assert u["sink_mass"] == pytest.approx(1 / (i + 1), abs=1e-6)
+        assert p["entropy"] == pytest.approx(0.0, abs=1e-6)
+        assert p["distance"] == pytest.approx(1.0 if i else 0.0)
+        assert p["sink_mass"] == pytest.approx(1.0 if i <= 1 else 0.0)
+        assert u["queries"] == 1
+    # buckets average their queries: 2 buckets of 4 positions
+    coarse = AttentionStats(1, 1, T, buckets=2)
+    coarse(0, uniform)
+    first = coarse.rows({})[0]
+    assert (first["q_start"], first["q_end"], first["queries"]) == (0, 4, 4)
+    assert first["distance"] == pytest.approx(np.mean([0, 0.5, 1.0, 1.5]))
+
+
+@pytest.mark.parametrize("name", __import__("pe_bench.schemes", fromlist=["available"]).available())
+def test_the_probe_sees_the_attention_the_model_uses(name):
+    """With a probe, attention is computed explicitly from the same hooks: the same logits as the fused path, and
+    weights that are causal and sum to one."""
+    import yaml
+
+    from pe_bench.config import config_dir, scheme_spec
+    from pe_bench.model import Decoder, ModelArgs
+    from pe_bench.schemes import ModelShape
+
+    torch.manual_seed(0)
+    spec = scheme_spec(yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text()))
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=16, n_layers=2)
+    model = Decoder(ModelArgs(vocab_size=50, n_layers=2, d_model=32, n_heads=4), spec.cls(spec.options, shape)).eval()
+    with torch.no_grad():  # learned tables start at zero in some schemes (T5): give them a signal
+        for p in model.scheme.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    seen = {}
+
+    def probe(layer, probs):
+        seen[layer] = probs
+
+    with torch.no_grad():
+        plain, probed = model(x), model(x, probe=probe)
+    torch.testing.assert_close(probed, plain, atol=2e-5, rtol=1e-4)
+    assert sorted(seen) == [0, 1]
+    for probs in seen.values():
+        assert probs.shape == (2, 4, 16, 16)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 16))
+        assert float(probs.triu(1).abs().max()) == 0.0
