@@ -27,8 +27,11 @@ MAX_ELEMENTS = 2**24  # attention weights (B·H·T·T) per forward: 64 MiB of fl
 class AttentionStats:
     """Sums of the per-query statistics by (layer, head, position bucket), filled by the model's probe."""
 
-    def __init__(self, n_layers: int, n_heads: int, length: int, buckets: int) -> None:
-        self.edges = np.unique(np.linspace(0, length, min(buckets, length) + 1).round().astype(int))
+    def __init__(self, n_layers: int, n_heads: int, length: int, buckets: int, edge_at: int | None = None) -> None:
+        """``buckets`` equal buckets of query positions in [0, length); ``edge_at`` (the training length) is made an
+        edge too, so that no bucket holds positions on both sides of it."""
+        edges = np.linspace(0, length, min(buckets, length) + 1).round().astype(int)
+        self.edges = np.unique(np.append(edges, [edge_at] if edge_at and edge_at < length else []).astype(int))
         nb = len(self.edges) - 1
         self.bucket = torch.bucketize(torch.arange(length), torch.as_tensor(self.edges[1:-1]), right=True)
         self.sums = {k: torch.zeros(n_layers, n_heads, nb, dtype=torch.float64)
@@ -92,7 +95,7 @@ def analyze(model: Decoder, cfg: Config, data, device: torch.device, examples: i
     for length in eval_lengths(cfg.eval, L):
         x = inputs_at(cfg, data, length, examples)
         positions = eval_positions(cfg, length, device)
-        stats = AttentionStats(args.n_layers, args.n_heads, length, buckets)
+        stats = AttentionStats(args.n_layers, args.n_heads, length, buckets, edge_at=L)
         per = max(1, MAX_ELEMENTS // (args.n_heads * length * length))
         for i in range(0, len(x), per):
             model(x[i : i + per].to(device), positions, probe=stats)

@@ -480,8 +480,7 @@ def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
     rows = -(-len(names) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + 1.2, 3.2 * rows + 0.8), dpi=110, squeeze=False,
                              layout="constrained")
-    cmap = matplotlib.colormaps["RdYlGn"].copy()
-    cmap.set_bad("#d0d0d0")
+    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")
     image = None
     for ax, (name, L) in zip(axes.flat, names):
         c = d[(d["label"] == name) & (d["L_train"] == L)].copy()

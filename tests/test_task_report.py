@@ -1,0 +1,117 @@
+"""Task runs end to end through the CLI: train, eval, report (the row rules of the perplexity tables: seeds averaged,
+diverged never averaged in, unfinished or altered runs left out by name), a task sweep, and analyze."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pe_bench.cli import app
+from pe_bench.runs import Run
+from pe_bench.task_report import accuracy_table, collect_accuracy
+
+runner = CliRunner()
+TINY = ["train=smoke", "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "eval.variants=false",
+        "task.eval_examples=8", "--no-progress"]
+
+
+def train(results, *args) -> Run:
+    r = runner.invoke(app, ["train", *args, *TINY, f"results_dir={results}"])
+    assert r.exit_code == 0, r.output
+    runs = sorted((results / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    return Run(runs[-1])
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("task-runs")
+    for seed in (0, 1):
+        train(root, "task=passkey", "scheme=alibi", f"seed={seed}", "task.depths=3")
+    train(root, "task=copy", "scheme=rope")
+    return root
+
+
+def test_a_task_run_writes_accuracy_rows_by_length_and_depth(results):
+    run = Run(next((results / "runs").glob("passkey-alibi-*-s0-*")))
+    rows = pd.read_csv(run.accuracy_csv)
+    assert sorted(rows["L_eval"].unique()) == [32, 64, 128, 256]  # train=smoke: L = 32, eval at 1…8 L
+    assert sorted(rows["depth"].unique()) == [0.0, 0.5, 1.0]
+    assert (rows["status"] == "ok").all() and (rows["examples"] == 8).all()
+    assert rows["exact_match"].between(0, 1).all()
+    meta = run.meta()
+    assert meta["status"] == "done" and meta["accuracy_csv_sha256"]
+    assert not run.eval_csv.exists()
+
+
+def test_report_averages_seeds_and_writes_tables_and_plots(results, tmp_path):
+    out = tmp_path / "report"
+    r = runner.invoke(app, ["report", str(results), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    for name in ("accuracy.md", "accuracy.csv", "accuracy_long.csv", "accuracy_vs_length.png",
+                 "passkey_heatmap.png"):
+        assert (out / name).exists(), name
+    wide = pd.read_csv(out / "accuracy.csv")
+    passkey = wide[(wide["task"] == "passkey") & (wide["metric"] == "exact_match")]
+    assert len(passkey) == 1 and int(passkey["seeds"].iloc[0]) == 2  # two seeds, one row
+    assert "±" in str(passkey["32"].iloc[0])
+    assert "## copy: exact match" in (out / "accuracy.md").read_text()
+
+
+def test_diverged_unfinished_and_altered_runs_are_never_averaged_in(results, tmp_path):
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(results, root)
+    runs = [Run(p) for p in sorted((root / "runs").iterdir())]
+    s0, s1 = (r for r in runs if r.path.name.startswith("passkey"))
+    meta = s1.meta()
+    s1.meta_path.write_text(json.dumps({**meta, "status": "diverged", "diverged_step": 7}))
+    acc = collect_accuracy(runs)
+    table = accuracy_table(acc.df, "passkey")
+    assert set(table.iloc[0][["32", "64", "128", "256"]]) == {"diverged"}
+    s1.meta_path.write_text(json.dumps({**meta, "status": "running"}))
+    acc = collect_accuracy(runs)
+    assert any("is not finished" in line and s1.path.name in line for line in acc.left_out)
+    assert int(accuracy_table(acc.df, "passkey")["seeds"].iloc[0]) == 1
+    s1.meta_path.write_text(json.dumps(meta))
+    s0.accuracy_csv.write_text(s0.accuracy_csv.read_text().replace(",ok,", ",ok,", 1) + "\n")
+    acc = collect_accuracy(runs)
+    assert any("does not match the checksum" in line for line in acc.left_out)
+
+
+def test_eval_adds_lengths_to_a_task_run(results):
+    run = Run(next((results / "runs").glob("copy-rope-*")))
+    r = runner.invoke(app, ["eval", str(run.path), "eval.lengths=[48]"])
+    assert r.exit_code == 0, r.output
+    assert 48 in set(pd.read_csv(run.accuracy_csv)["L_eval"])
+    assert "updated" in r.output and "accuracy.csv" in r.output
+
+
+def test_analyze_writes_attention_statistics_for_a_task_run(results):
+    run = Run(next((results / "runs").glob("copy-rope-*")))
+    r = runner.invoke(app, ["analyze", str(run.path), "--examples", "2", "--buckets", "4"])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(run.path / "analysis" / "attention.csv")
+    assert sorted(df["L_eval"].unique()) == [32, 64, 128, 256]
+    assert set(df["layer"]) == {0, 1} and set(df["head"]) == {0, 1}
+    assert df["entropy_norm"].between(0, 1 + 1e-6).all() and (df["distance"] >= 0).all()
+    assert (run.path / "analysis" / "attention.png").exists()
+    assert "L_eval=256: queries < L" in " ".join(r.output.split())
+
+
+def test_analyze_refuses_a_directory_that_is_not_a_run(tmp_path):
+    r = runner.invoke(app, ["analyze", str(tmp_path)])
+    assert r.exit_code == 2 and "is not a trained run directory" in r.output
+
+
+def test_a_task_sweep_trains_every_point_and_reports_accuracy(tmp_path):
+    r = runner.invoke(app, ["sweep", "sweep=tasks", "scheme=nope,alibi", "seed=0", "sweep.grid.task=[copy]",
+                            "train=smoke", "model.n_layers=1", "model.d_model=32", "task.eval_examples=4",
+                            "eval.variants=false", f"results_dir={tmp_path}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name.split("-")[1] for p in (tmp_path / "runs").iterdir()) == ["alibi", "nope"]
+    md = (tmp_path / "tasks" / "accuracy.md").read_text()
+    assert "| alibi |" in md and "| nope |" in md
