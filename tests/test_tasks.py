@@ -190,15 +190,17 @@ def test_lm_run_names_are_unchanged_and_task_runs_have_their_own():
 
 @pytest.mark.slow
 def test_a_tiny_run_learns_copy_at_L(tmp_path):
-    r = runner.invoke(app, ["train", "task=copy", "scheme=rope", "task.symbols=8", "train.seq_len=13",
-                            "model.n_layers=2", "model.d_model=64", "train.steps=250", "train.batch_size=32",
-                            "train.lr=3e-3", "train.warmup_steps=20", "eval.ratios=[1,2]", "eval.variants=false",
-                            "task.eval_examples=64", f"results_dir={tmp_path}", "--no-progress"])
+    """Strings of up to 4 of 32 symbols (L = 9), a 2-layer model, 500 steps (~15 s): copied, from held-out strings."""
+    r = runner.invoke(app, ["train", "task=copy", "scheme=rope", "task.symbols=32", "train.seq_len=9",
+                            "model.n_layers=2", "model.d_model=64", "train.steps=500", "train.batch_size=32",
+                            "train.lr=3e-3", "train.warmup_steps=20", "train.threads=1", "eval.ratios=[1,2]",
+                            "eval.variants=false", "task.eval_examples=64", f"results_dir={tmp_path}", "--no-progress"])
     assert r.exit_code == 0, r.output
     rows = list(__import__("csv").DictReader(next(tmp_path.glob("runs/*/accuracy.csv")).open()))
-    at_L = next(row for row in rows if row["L_eval"] == "13")
+    at_L = next(row for row in rows if row["L_eval"] == "9")
     assert float(at_L["exact_match"]) >= 0.9, rows
-    assert float(at_L["token_accuracy"]) >= 0.95
+    assert float(at_L["token_accuracy"]) >= 0.95, rows
+    assert "exact match at L" in r.output
 
 
 BAD = [
@@ -289,3 +291,15 @@ def test_the_probe_sees_the_attention_the_model_uses(name):
         assert probs.shape == (2, 4, 16, 16)
         torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 16))
         assert float(probs.triu(1).abs().max()) == 0.0
+
+
+def test_passkey_filler_from_text_takes_training_and_heldout_filler_from_their_splits():
+    from pe_bench.tasks import Passkey
+
+    text = {"train": np.full(500, ord("a"), dtype=np.uint8), "validation": np.full(500, ord("z"), dtype=np.uint8)}
+    t = Passkey(TaskConfig(name="passkey", filler="text"), text)
+    assert t.vocab_size == SYMBOL0 + 256
+    train = t.train_batch(np.random.default_rng(0), 4, 40)
+    heldout = t.heldout_set(40, 4)
+    fill = lambda b: set(b.x[b.x >= SYMBOL0].tolist())  # noqa: E731
+    assert fill(train) == {SYMBOL0 + ord("a")} and fill(heldout) == {SYMBOL0 + ord("z")}
