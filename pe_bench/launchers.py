@@ -6,6 +6,7 @@ sweep config and the command line's flags; the CLI only prints what they say."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -142,6 +143,13 @@ def run_sequential(todo: list[Point], say: Say, progress: bool) -> dict[str, str
     return results
 
 
+def hydra_quoted(value: str) -> str:
+    """A path as one quoted Hydra override value: `~`, spaces, `=`, `,` and the like are not read as syntax (the
+    default cache_dir, ~/.cache/pe-bench, is not a valid unquoted value)."""
+    doubled = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, str(value))  # Hydra: escaped before a quote or the end
+    return "'" + doubled.replace("'", "\\'") + "'"
+
+
 def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say) -> dict[str, str]:
     """The points to do, at most `parallel` `pe-bench train` processes at once, each logging to its run's
     train.log."""
@@ -153,8 +161,9 @@ def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say
                 p = pending.pop(0)
                 p.run.path.mkdir(parents=True, exist_ok=True)
                 log = (p.run.path / "train.log").open("ab")
-                cmd = [sys.executable, "-m", "pe_bench", "train", *p.overrides, f"results_dir={p.cfg.results_dir}",
-                       f"cache_dir={p.cfg.cache_dir}", f"train.threads={threads}", "--no-progress"]
+                cmd = [sys.executable, "-m", "pe_bench", "train", *p.overrides,
+                       f"results_dir={hydra_quoted(p.cfg.results_dir)}", f"cache_dir={hydra_quoted(p.cfg.cache_dir)}",
+                       f"train.threads={threads}", "--no-progress"]
                 active[p.label] = (p, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log)
                 say(f"started {p.label} ({p.detail}) → {p.run.path}/train.log")
             time.sleep(0.2)
