@@ -509,7 +509,8 @@ def _build(spec: SchemeSpec, shape: schemes.ModelShape, prefix: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) -> Config:
     """configs/config.yaml + Hydra overrides (``scheme=rope model.n_layers=2 eval.lengths=[64,128]``) → Config.
-    ``train=smoke`` without an ``eval=`` choice brings ``eval=smoke``: a smoke run is smoke end to end.
+    ``train=smoke`` without an ``eval=`` choice brings ``eval=smoke``: a smoke run is smoke end to end; a task
+    (``task=passkey``) without a ``train=`` choice brings ``train=task``, the recipe the tasks are tuned for.
     ``scheme=False``: every check but building the scheme (no torch import; see ``validate``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -523,6 +524,8 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     chosen = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
     if chosen.get("train") == "smoke" and "eval" not in chosen:
         overrides.append("eval=smoke")
+    if chosen.get("task", "lm") != "lm" and "train" not in chosen:
+        overrides.append("train=task")  # a synthetic task trains with its recipe (configs/train/task.yaml)
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             raw = hydra_compose(config_name="config", overrides=overrides)

@@ -173,6 +173,16 @@ def test_parallel_local_launcher_runs_points_as_processes(tmp_path):
     assert set(t["scheme"]) == {"alibi", "nope"}
 
 
+@pytest.mark.parametrize("path", ["~/.cache/pe-bench", "/tmp/a b,c=d[0]", "it's", "a\\'b", "x\\"])
+def test_paths_reach_the_parallel_processes_whole(path):
+    """The parallel launcher passes results_dir and cache_dir as Hydra overrides: the default cache directory
+    (~/...) and paths with spaces, commas, brackets, quotes or backslashes come back unchanged."""
+    from pe_bench.launchers import hydra_quoted
+
+    assert compose([f"cache_dir={hydra_quoted(path)}", f"results_dir={hydra_quoted(path)}"], scheme=False).cache_dir \
+        == path
+
+
 def test_killing_a_sweep_and_starting_it_again_finishes_only_what_was_missing(tmp_path):
     args = [sys.executable, "-m", "pe_bench", "sweep", *SMOKE, "scheme=alibi,nope,t5", "seed=0",
             "train.steps=600", "train.ckpt_interval=25", f"results_dir={tmp_path}", "--no-progress"]

@@ -15,7 +15,7 @@ from pe_bench.task_report import accuracy_table, collect_accuracy
 
 runner = CliRunner()
 TINY = ["train=smoke", "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "eval.variants=false",
-        "task.eval_examples=8", "--no-progress"]
+        "--no-progress"]
 
 
 def train(results, *args) -> Run:
@@ -29,8 +29,8 @@ def train(results, *args) -> Run:
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("task-runs")
     for seed in (0, 1):
-        train(root, "task=passkey", "scheme=alibi", f"seed={seed}", "task.depths=3")
-    train(root, "task=copy", "scheme=rope")
+        train(root, "task=passkey", "scheme=alibi", f"seed={seed}", "task.depths=3", "task.eval_examples=8")
+    train(root, "task=copy", "scheme=rope", "task.eval_examples=8")
     return root
 
 
@@ -115,3 +115,15 @@ def test_a_task_sweep_trains_every_point_and_reports_accuracy(tmp_path):
     assert sorted(p.name.split("-")[1] for p in (tmp_path / "runs").iterdir()) == ["alibi", "nope"]
     md = (tmp_path / "tasks" / "accuracy.md").read_text()
     assert "| alibi |" in md and "| nope |" in md
+
+
+def test_analyze_a_language_model_run_on_text_windows(tmp_path):
+    run = train(tmp_path, "scheme=alibi", "eval.modes=[nonoverlapping]", "eval.lengths=[32,64]")
+    r = runner.invoke(app, ["analyze", str(run.path), "--examples", "3", "--buckets", "8", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(tmp_path / "a" / "attention.csv")
+    assert sorted(df["L_eval"].unique()) == [32, 64] and set(df["task"]) == {"lm"}
+    assert (df.groupby(["L_eval", "layer", "head"])["queries"].sum() == df["L_eval"].groupby(
+        [df["L_eval"], df["layer"], df["head"]]).first() * 3).all()  # every query position of 3 windows, once
+    # the training length is a bucket edge: no bucket straddles it
+    assert not ((df["q_start"] < 32) & (df["q_end"] > 32)).any()

@@ -180,12 +180,19 @@ def test_lm_run_names_are_unchanged_and_task_runs_have_their_own():
     """The committed results keep their run directories: task=lm adds nothing to a run's identity."""
     assert run_name(compose(["scheme=rope"])) == "rope-tiny-shakespeare-L64-s0-7397d1b0"
     copy = run_name(compose(["scheme=rope", "task=copy"]))
-    assert copy.startswith("copy-rope-tiny-L64-s0-")
+    assert copy.startswith("copy-rope-tiny-L32-s0-")  # a task brings its recipe, train=task (L = 32)
     assert run_name(compose(["scheme=rope", "task=copy", "task.symbols=8"])) != copy
     # the corpus is not part of a task's identity unless the task reads it (passkey with text filler)
     assert run_name(compose(["scheme=rope", "task=copy", "data=wikitext2"])) == copy
     text = ["scheme=rope", "task=passkey", "task.filler=text"]
     assert run_name(compose([*text, "data=wikitext2"])) != run_name(compose(text))
+
+
+def test_a_task_brings_its_recipe_unless_one_is_chosen():
+    assert compose(["task=copy"], scheme=False).train.name == "task"
+    assert compose(["task=copy", "train=quick"], scheme=False).train.name == "quick"
+    assert compose(["task=copy", "train.steps=10"], scheme=False).train.steps == 10
+    assert compose([], scheme=False).train.name == "quick"
 
 
 @pytest.mark.slow
