@@ -185,6 +185,19 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     say(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train)")
 
 
+def _trained_run(run_dir: Path, overrides: list[str] | None):
+    """(run, the config it was trained with, that config with eval.* and eval-time scheme overrides) of a trained
+    run directory; anything else is one ConfigError line."""
+    from pe_bench.runs import Run
+
+    run = Run(run_dir)
+    if not run.config.exists() or not run.checkpoint.exists():
+        raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
+                          "train one with `pe-bench train`")
+    saved = run.load_config()
+    return run, saved, apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
+
+
 @app.command("eval")
 @friendly
 def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
@@ -199,14 +212,7 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
     """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
     learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label,
     beside rows of other evaluation settings."""
-    from pe_bench.runs import Run
-
-    run = Run(run_dir)
-    if not run.config.exists() or not run.checkpoint.exists():
-        raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
-                          "train one with `pe-bench train`")
-    saved = run.load_config()
-    cfg = apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
+    run, saved, cfg = _trained_run(run_dir, overrides)
     if cfg_only:
         typer.echo(to_yaml(cfg).rstrip())
         return
@@ -245,14 +251,7 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     """Attention diagnostics at every eval length: per layer and head, attention entropy, mean attended distance
     and the mass on the first token, by query position — e.g. whether a scheme's heads go diffuse past L. Writes
     attention.csv and attention.png."""
-    from pe_bench.runs import Run
-
-    run = Run(run_dir)
-    if not run.config.exists() or not run.checkpoint.exists():
-        raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
-                          "train one with `pe-bench train`")
-    saved = run.load_config()
-    cfg = apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
+    run, saved, cfg = _trained_run(run_dir, overrides)
     from pe_bench.analyze import analyze as attention_stats
     from pe_bench.analyze import default_title, summary_lines, write_analysis
     from pe_bench.build import build_scheme

@@ -456,11 +456,7 @@ def accuracy_figure(df: pd.DataFrame, title: str = ""):
 
 
 def plot_accuracy(df: pd.DataFrame, path: Path, title: str = "") -> Path | None:
-    fig = accuracy_figure(df, title)
-    if fig is None:
-        return None
-    _save(fig, path)
-    return path
+    return _save_figure(accuracy_figure(df, title), path)
 
 
 def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
@@ -514,7 +510,11 @@ def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
 
 
 def plot_passkey_heatmap(df: pd.DataFrame, path: Path, title: str = "") -> Path | None:
-    fig = passkey_heatmap_figure(df, title)
+    return _save_figure(passkey_heatmap_figure(df, title), path)
+
+
+def _save_figure(fig, path: Path) -> Path | None:
+    """The figure saved at ``path`` (None when there was nothing to draw)."""
     if fig is None:
         return None
     _save(fig, path)

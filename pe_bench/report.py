@@ -44,10 +44,10 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
-    """A run's eval.csv, checked whole: an unreadable, binary, header-only, truncated or altered file (its
-    checksum in meta.json differs) is a RunFileError naming it — its rows are never used in part."""
-    path = run.eval_csv
+def read_whole_csv(path: Path, checksum: str | None, required: tuple[str, ...]) -> tuple[list[dict[str, str]],
+                                                                                     list[str]]:
+    """(rows, columns) of a run's CSV, checked whole: unreadable, binary, header-only, missing a required column, or
+    altered (its sha256 differs from ``checksum``, recorded in meta.json) → a RunFileError naming the file."""
     try:
         raw = path.read_bytes()
         text = raw.decode("utf-8")
@@ -55,19 +55,27 @@ def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
         raise RunFileError(f"{path} is unreadable or not text ({type(e).__name__})") from None
     if "\x00" in text:
         raise RunFileError(f"{path} is binary, not a CSV")
-    want = meta.get("eval_csv_sha256")
-    if want and hashlib.sha256(raw).hexdigest() != want:
+    if checksum and hashlib.sha256(raw).hexdigest() != checksum:
         raise RunFileError(f"{path} does not match the checksum pe-bench recorded in meta.json (truncated or "
                            "edited); re-evaluate the run with `pe-bench eval`")
     reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
     if missing:
-        raise RunFileError(f"{path} lacks the columns {', '.join(missing)} (not a pe-bench eval.csv, or cut short)")
+        raise RunFileError(f"{path} lacks the columns {', '.join(missing)} (not a pe-bench {path.name}, or cut "
+                           "short)")
     rows = list(reader)
     if not rows:
         raise RunFileError(f"{path} has a header and no rows")
+    return rows, list(reader.fieldnames or [])
+
+
+def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
+    """A run's eval.csv, checked whole: an unreadable, binary, header-only, truncated or altered file (its
+    checksum in meta.json differs) is a RunFileError naming it — its rows are never used in part."""
+    path = run.eval_csv
+    rows, columns = read_whole_csv(path, meta.get("eval_csv_sha256"), REQUIRED)
     for i, r in enumerate(rows, 2):
-        if None in r or any(r.get(c) is None for c in reader.fieldnames or []):
+        if None in r or any(r.get(c) is None for c in columns):
             raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
         if r["status"] not in STATUSES:
             raise RunFileError(f"{path} line {i} has status {r['status']!r}, not one of {', '.join(STATUSES)}")
@@ -130,6 +138,21 @@ def _numerics(run: Run) -> str | None:
         return None
 
 
+def config_identity(cfg: Config, meta: dict[str, Any], mixed: bool) -> tuple[dict[str, Any], str]:
+    """A run's configuration — its identity without the seed, plus its numerics when the runs being reported
+    disagree on them (README, "Determinism") — and that configuration's hash: runs with the same hash are seed
+    replicas of one table row."""
+    ident = identity(cfg, seed=False)
+    if mixed:
+        ident["numerics"] = numerics_of(meta)
+    return ident, digest(ident)
+
+
+def mixed_numerics(runs: list[Run]) -> bool:
+    """Whether the runs were made with different numerics (torch, device, CPU threads)."""
+    return len({_numerics(run) for run in runs} - {None}) > 1
+
+
 def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None) -> Collected:
     """Every trustworthy eval row of the given runs, in run order, with columns 'run', 'config' (the hash of the
     configuration without the seed: rows of one config are seed replicas), 'group' (also without the scheme: the
@@ -141,7 +164,7 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     # Runs made with another torch, device or CPU thread count do not give the same numbers (README, "Determinism"):
     # when the runs disagree on it, it is part of each configuration's identity (and of its label).
-    mixed = len({_numerics(run) for run in runs} - {None}) > 1
+    mixed = mixed_numerics(runs)
     for run in runs:
         try:
             meta = run.meta()
@@ -161,10 +184,7 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         except RunFileError as e:
             left.append(str(e))
             continue
-        ident = identity(cfg, seed=False)
-        if mixed:
-            ident["numerics"] = numerics_of(meta)
-        config_id = digest(ident)
+        ident, config_id = config_identity(cfg, meta, mixed)
         group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
         flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         flat_scheme[config_id] = _flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})

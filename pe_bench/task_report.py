@@ -9,9 +9,6 @@ with one line naming it.
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +18,8 @@ import pandas as pd
 
 from pe_bench.accuracy import ACCURACY_COLUMNS
 from pe_bench.config import Config
-from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of
+from pe_bench.report import UNLABELLED, _flatten, config_identity, mixed_numerics, read_whole_csv
+from pe_bench.runs import Run, RunFileError, atomic_write_text
 
 REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples", "seed",
             "status")
@@ -40,23 +38,9 @@ def is_task_run(run: Run) -> bool:
 
 def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
     """A run's accuracy.csv, checked whole (as report.read_eval_rows): never used in part."""
+
     path = run.accuracy_csv
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise RunFileError(f"{path} is unreadable or not text ({type(e).__name__})") from None
-    want = meta.get("accuracy_csv_sha256")
-    if want and hashlib.sha256(raw).hexdigest() != want:
-        raise RunFileError(f"{path} does not match the checksum pe-bench recorded in meta.json (truncated or "
-                           "edited); re-evaluate the run with `pe-bench eval`")
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-    if missing:
-        raise RunFileError(f"{path} lacks the columns {', '.join(missing)} (not a pe-bench accuracy.csv)")
-    rows = list(reader)
-    if not rows:
-        raise RunFileError(f"{path} has a header and no rows")
+    rows, _ = read_whole_csv(path, meta.get("accuracy_csv_sha256"), REQUIRED)
     for i, r in enumerate(rows, 2):
         if None in r or r["status"] not in STATUSES:
             raise RunFileError(f"{path} line {i} is malformed (truncated or edited)")
@@ -87,7 +71,7 @@ class Accuracy:
 
 def collect_accuracy(runs: list[Run]) -> Accuracy:
     frames, flat, left = [], {}, []
-    mixed = len({numerics_of(_meta(r)) for r in runs if _meta(r)}) > 1
+    mixed = mixed_numerics(runs)
     for run in runs:
         try:
             meta = run.meta()
@@ -103,11 +87,8 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         except RunFileError as e:
             left.append(str(e))
             continue
-        ident = identity(cfg, seed=False)
-        if mixed:
-            ident["numerics"] = numerics_of(meta)
-        config_id = digest(ident)
-        flat[config_id] = {k: str(v) for k, v in _flat(ident).items() if not k.startswith(("scheme.", "seed"))}
+        ident, config_id = config_identity(cfg, meta, mixed)
+        flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         d = pd.DataFrame(rows).reindex(columns=ACCURACY_COLUMNS)
         d.insert(0, "run", run.path.name)
         d["config"] = config_id
@@ -136,23 +117,6 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
     df["label"] = [s + (f" · {labels[(t, c)]}" if labels[(t, c)] else "")
                    for s, t, c in zip(df["scheme"], df["task"], df["config"])]
     return Accuracy(df, left)
-
-
-def _meta(run: Run) -> dict[str, Any]:
-    try:
-        return run.meta()
-    except RunFileError:
-        return {}
-
-
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def per_seed(df: pd.DataFrame, metric: str = "exact_match") -> pd.DataFrame:
