@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import torch
@@ -189,18 +190,12 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     rows: list[dict] = []
     pos_rows: list[dict] = []
     win_rows: list[dict] = []
-    seen: set[str] = set()
-    for i, sp in enumerate(specs):
-        label = build_scheme(cfg, sp).label()
-        if label in seen or (only_missing and all(
-                (k, n) in have or (k, "0") in have  # "0": a length the scheme cannot run at (n/a) is there too
-                for k, n in _expected_keys(cfg, label, cfg.train.steps, device, len(tokens)))):
-            continue  # (only_missing is for finished runs, whose weights are from the last step)
-        if i == 0 and model is not None:
-            m, step = model, cfg.train.steps
-        else:
-            m, step = load_trained(run, cfg, device, sp, corpus, trained)
-        seen.add(label)
+
+    def recorded(label: str) -> bool:  # every row of this variant is there ("0": an n/a length is there too)
+        return only_missing and all((k, n) in have or (k, "0") in have
+                                    for k, n in _expected_keys(cfg, label, cfg.train.steps, device, len(tokens)))
+
+    for m, step in _variant_models(run, cfg, corpus, device, specs, model, trained, recorded):
         r, p, w = evaluate(m, cfg, tokens, corpus.token_bytes, device, step, run.path.name, progress)
         rows += r
         pos_rows += p
@@ -213,23 +208,35 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     return rows
 
 
+def _variant_models(run: Run, cfg: Config, data, device: torch.device, specs: list, model: Decoder | None,
+                    trained: Config | None, recorded: Callable[[str], bool]) -> Iterator[tuple[Decoder, int]]:
+    """(model, step of its weights) for the scheme and each eval-time variant, once per label, skipping a variant
+    whose rows are ``recorded`` already (only_missing is for finished runs, whose weights are from the last step).
+    The scheme itself reuses ``model`` when given; the others are loaded from the checkpoint."""
+    seen: set[str] = set()
+    for i, sp in enumerate(specs):
+        label = build_scheme(cfg, sp).label()
+        if label in seen or recorded(label):
+            continue
+        seen.add(label)
+        if i == 0 and model is not None:
+            yield model, cfg.train.steps
+        else:
+            yield load_trained(run, cfg, device, sp, data, trained)
+
+
 def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.device, specs: list,
                       model: Decoder | None, only_missing: bool, trained: Config | None) -> list[dict]:
     """A task run's evaluation: accuracy rows of the model and each eval-time variant, merged into accuracy.csv
     (keyed by ACCURACY_KEY). ``only_missing`` skips a variant whose rows at these lengths are all there."""
     have = {(r["scheme"], r["L_eval"], r["examples"]) for r in read_csv(run.accuracy_csv)} if only_missing else set()
+
+    def recorded(label: str) -> bool:
+        return only_missing and all((label, str(n), str(cfg.task.eval_examples)) in have
+                                    for n in eval_lengths(cfg.eval, cfg.train.seq_len))
+
     rows: list[dict] = []
-    seen: set[str] = set()
-    for i, sp in enumerate(specs):
-        label = build_scheme(cfg, sp).label()
-        if label in seen or (only_missing and all((label, str(n), str(cfg.task.eval_examples)) in have
-                                                  for n in eval_lengths(cfg.eval, cfg.train.seq_len))):
-            continue
-        if i == 0 and model is not None:
-            m, step = model, cfg.train.steps
-        else:
-            m, step = load_trained(run, cfg, device, sp, data, trained)
-        seen.add(label)
+    for m, step in _variant_models(run, cfg, data, device, specs, model, trained, recorded):
         rows += evaluate_accuracy(m, cfg, data.task, device, step, run.path.name)
     if rows:
         _merge(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
