@@ -13,7 +13,7 @@ import torch
 from pe_bench.config import Config
 from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.distributed import StopRequested, stop_requested
-from pe_bench.evaluate import eval_lengths, eval_positions
+from pe_bench.evaluate import eval_positions, reference_length, run_lengths
 from pe_bench.model import Decoder
 from pe_bench.progress import say
 from pe_bench.schemes import LengthNotSupported
@@ -31,7 +31,7 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
                       name: str = "", quiet: bool = False) -> list[dict]:
     """One row per eval length (× depth for passkey): exact match, per-token accuracy and their counts. A length
     the task or the scheme cannot run at is a ``not_applicable`` row saying why; non-finite logits ``nonfinite``."""
-    L = cfg.train.seq_len
+    L = reference_length(cfg)
     bf16 = use_bf16(cfg.train, device)
     label = model.scheme.label()
     base = {"task": cfg.task.name, "scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
@@ -40,7 +40,7 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
     head = " ".join(x for x in (name, "eval", label if label != cfg.scheme.get("name") else "") if x)
     rows = []
     model.eval()
-    for length in eval_lengths(cfg.eval, L):
+    for length in run_lengths(cfg):
         if stop_requested():
             raise StopRequested(f"stopped before evaluating at length {length}")
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from pe_bench.config import Config
-from pe_bench.evaluate import eval_lengths, eval_positions
+from pe_bench.evaluate import eval_positions, reference_length, run_lengths
 from pe_bench.model import Decoder
 from pe_bench.runs import write_csv
 
@@ -89,10 +89,10 @@ def analyze(model: Decoder, cfg: Config, data, device: torch.device, examples: i
             buckets: int = 32) -> list[dict]:
     """Attention statistics of the model at every evaluation length (rows of ATTENTION_COLUMNS)."""
     model.eval()
-    L = cfg.train.seq_len
+    L = reference_length(cfg)
     args = model.args
     rows = []
-    for length in eval_lengths(cfg.eval, L):
+    for length in run_lengths(cfg):
         x = inputs_at(cfg, data, length, examples)
         positions = eval_positions(cfg, length, device)
         stats = AttentionStats(args.n_layers, args.n_heads, length, buckets, edge_at=L)

@@ -167,7 +167,31 @@ def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
           cfg_only: bool = typer.Option(False, "--cfg", help="Print the resolved config (YAML) and the run "
                                         "directory, then exit; runs nothing.")) -> None:
     """Train one run and evaluate it at every eval length (resumes from its checkpoint if interrupted)."""
-    cfg = compose(overrides or [], scheme=False)  # configuration errors first, before torch is imported
+    _train(overrides or [], progress, cfg_only)
+
+
+@app.command()
+@friendly
+def finetune(run_dir: Path = typer.Argument(..., help="The parent: a finished run directory (results/runs/<name>)."),
+             overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE",
+                                                         help="train.*, eval.*, the scheme's eval-time options "
+                                                         "(scheme.scaling.*), finetune.new_positions."),
+             progress: bool = typer.Option(True, help="Show the progress bar (off: plain log lines)."),
+             cfg_only: bool = typer.Option(False, "--cfg", help="Print the resolved config (YAML) and the run "
+                                           "directory, then exit; runs nothing.")) -> None:
+    """Fine-tune a finished run from its final weights, e.g. at 8L with YaRN: `pe-bench finetune RUN_DIR
+    train.seq_len=512 train.steps=200 scheme.scaling.type=yarn scheme.scaling.factor=8`, or with PoSE at the
+    parent's L: `train.seq_len=64 train.batch_size=32 train.pose_target=512`. The recipe is train=finetune (8 × 64
+    tokens, 100 steps, lr 5e-4) unless overridden; the new run lies beside its parent, named after it, and is
+    evaluated at the ratios × its parent's L and × its own (`pe-bench train finetune.from_run=RUN_DIR ...` is the
+    same)."""
+    from pe_bench.launchers import hydra_quoted
+
+    _train([f"finetune.from_run={hydra_quoted(str(run_dir))}", *(overrides or [])], progress, cfg_only)
+
+
+def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
+    cfg = compose(overrides, scheme=False)  # configuration errors first, before torch is imported
     if cfg_only:
         _print_cfg(cfg)
         return
@@ -257,7 +281,7 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     from pe_bench.build import build_scheme
     from pe_bench.config import scheme_spec
     from pe_bench.device import resolve_device
-    from pe_bench.evaluate import eval_lengths
+    from pe_bench.evaluate import reference_length, run_lengths
     from pe_bench.experiment import check_eval_overrides, check_same_run, load_data
     from pe_bench.train import load_trained
 
@@ -273,8 +297,8 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     label = build_scheme(cfg, spec).label()
     suffix = "" if label == saved.scheme["name"] else "-" + "".join(c if c.isalnum() else "_" for c in label)
     written = write_analysis(rows, out or run.path / f"analysis{suffix}",
-                             default_title(cfg, label, max(eval_lengths(cfg.eval, cfg.train.seq_len))))
-    for line in summary_lines(rows, cfg.train.seq_len):
+                             default_title(cfg, label, max(run_lengths(cfg))))
+    for line in summary_lines(rows, reference_length(cfg)):
         say(line)
     for p in written:
         say(f"wrote {p}")
@@ -375,7 +399,7 @@ def _print_plan(points, name: str) -> None:
 
 def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
     """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
-    from pe_bench.evaluate import eval_lengths
+    from pe_bench.evaluate import reference_length, run_lengths
     from pe_bench.report import MODES, collect_all, collect_positions
     from pe_bench.sweep import BUSY, LEFT, inspect
 
@@ -400,7 +424,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
         _report_tasks(task_runs, out, plots=True, title=title)
     runs = [r for r in runs if r not in task_runs]
     # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere
-    wanted = {p.run.path.name: (set(eval_lengths(p.cfg.eval, p.cfg.train.seq_len)), p.cfg.eval) for p in points}
+    wanted = {p.run.path.name: (set(run_lengths(p.cfg)), p.cfg.eval) for p in points}
 
     def ours(df):
         return [n in wanted[r][0] and b == str(wanted[r][1].max_tokens if m == "nonoverlapping"

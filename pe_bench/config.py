@@ -109,6 +109,12 @@ class TrainConfig:
     # Randomized positions (Ruoss et al. 2023): each batch uses a sorted random subset of [0, random_positions)
     # instead of 0..seq_len-1, in training and in evaluation. 0 = off.
     random_positions: int = ranged(0, ge=0, hint="0 turns randomized positions off")
+    # PoSE (Zhu et al. 2023, arXiv:2309.10400): train at seq_len with position ids that skip ahead so that they
+    # cover [0, pose_target): the window is cut into pose_chunks contiguous chunks, chunk i's ids shifted by a
+    # skip u_i (u_0 = 0, u_i ~ U{u_(i-1) .. pose_target - seq_len}), drawn per batch. 0 = off. Training only:
+    # validation and evaluation use 0..n-1.
+    pose_target: int = ranged(0, ge=0, hint="0 turns PoSE off")
+    pose_chunks: int = ranged(2, ge=1)
 
 
 @dataclass
@@ -155,6 +161,22 @@ class TaskConfig:
 
 
 @dataclass
+class FinetuneConfig:
+    """Where a fine-tuned run starts (``pe-bench finetune RUN_DIR``): its parent's trained weights. Every field but
+    ``new_positions`` is filled in from the parent; ``from_run`` (where the parent lies) is not part of the run's
+    identity, the parent's run name (with the hash of its own identity) is."""
+
+    from_run: str | None = None  # the parent run directory
+    parent: str | None = None  # the parent's run name
+    parent_config: str | None = None  # the hash of the parent's configuration without its seed (report rows)
+    original_seq_len: int | None = ranged(None, ge=1)  # the first ancestor's train.seq_len: lengths are relative to it
+    data_offset: int = ranged(0, ge=0)  # steps trained by the ancestors: the batches continue their stream
+    # learned: rows past the parent's table — extend (new rows drawn like scheme.beyond_table=extend's) |
+    # interpolate (the parent's table resampled linearly over the new range, position interpolation for a table)
+    new_positions: str = "extend"
+
+
+@dataclass
 class Config:
     scheme: dict[str, Any] = field(default_factory=lambda: {"name": "alibi"})
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -162,6 +184,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     seed: int = ranged(0, ge=0, le=2**63 - 1)
     results_dir: str = "results"
     cache_dir: str = "~/.cache/pe-bench"
@@ -177,6 +200,7 @@ CHOICES = {
     "task.name": ("lm", "passkey", "assoc_recall", "copy", "reverse", "addition"),
     "task.train_lengths": ("uniform", "curriculum", "fixed"),
     "task.filler": ("random", "text"),
+    "finetune.new_positions": ("extend", "interpolate"),
 }
 # The task keys each task reads (pe_bench/tasks.py); any other key set away from its default is refused.
 _TASK_COMMON = {"train_lengths", "curriculum_fraction", "eval_examples"}
@@ -371,6 +395,23 @@ def _check_relations(cfg: Config) -> None:
     if t.random_positions and t.random_positions < t.seq_len:
         raise ConfigError(f"train.random_positions={t.random_positions} must be 0 (off) or at least "
                           f"train.seq_len={t.seq_len}; Ruoss et al. use 2048 for L=40")
+    if t.pose_target:
+        if t.pose_target <= t.seq_len:
+            raise ConfigError(f"train.pose_target={t.pose_target} must be 0 (off) or longer than train.seq_len="
+                              f"{t.seq_len}: PoSE trains at seq_len with positions reaching the target, e.g. "
+                              f"train.pose_target={8 * t.seq_len}")
+        if t.random_positions:
+            raise ConfigError("train.pose_target and train.random_positions both choose the training positions; "
+                              "set one of them to 0")
+        if t.pose_chunks > t.seq_len:
+            raise ConfigError(f"train.pose_chunks={t.pose_chunks} must be at most train.seq_len={t.seq_len} (each "
+                              "chunk holds at least one token); PoSE's default is 2")
+    elif t.pose_chunks != TrainConfig().pose_chunks:
+        raise ConfigError(f"train.pose_chunks={t.pose_chunks} is read by PoSE only; set train.pose_target too")
+    f = cfg.finetune
+    if f.from_run is None and (f.parent or f.new_positions != FinetuneConfig().new_positions):
+        raise ConfigError("finetune.* is set but there is no parent run: fine-tune with "
+                          "`pe-bench finetune RUN_DIR ...` (or finetune.from_run=RUN_DIR)")
     if cfg.task.name != "lm":
         from pe_bench.tasks import min_length
 
@@ -462,7 +503,8 @@ def model_shape(cfg: Config) -> schemes.ModelShape:
     m = cfg.model
     return schemes.ModelShape(d_model=m.d_model, n_heads=m.n_heads, head_dim=m.d_model // m.n_heads,
                               train_seq_len=cfg.train.seq_len, n_layers=m.n_layers,
-                              max_train_position=cfg.train.random_positions or None)
+                              max_train_position=cfg.train.random_positions or cfg.train.pose_target or None,
+                              original_seq_len=cfg.finetune.original_seq_len)
 
 
 def check_scheme(cfg: Config) -> None:
@@ -520,6 +562,11 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     ConfigStore.instance().store(name="pe_bench_schema", node=Config)  # config.yaml's first default
     overrides = list(overrides)
     check_override_words(overrides)
+    parent = _finetune_parent(overrides)
+    if parent is not None:  # a fine-tune: its parent's config is the base, not config.yaml
+        from pe_bench.finetune import compose_finetune
+
+        return compose_finetune(parent[0], parent[1])
     _check_group_choices(overrides)
     chosen = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
     if chosen.get("train") == "smoke" and "eval" not in chosen:
@@ -535,6 +582,17 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
         default = OmegaConf.load(config_dir() / "config.yaml").defaults[1].scheme
         raise ConfigError(_hydra_message(e, chosen.get("scheme", default))) from None
     return validate(raw, scheme=scheme)
+
+
+def _finetune_parent(overrides: list[str]) -> tuple[str, list[str]] | None:
+    """(parent run directory, the other overrides) when the overrides name finetune.from_run, else None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    for i, o in enumerate(parsed):
+        if o.key_or_group == "finetune.from_run" and o.value() is not None:
+            return str(o.value()), overrides[:i] + overrides[i + 1:]
+    return None
 
 
 def check_override_words(words: list[str], command: str = "train") -> None:
@@ -609,7 +667,10 @@ def apply_overrides(cfg: Config, overrides: list[str], allowed: tuple[str, ...] 
         value = o.value()
         if key in GROUPS:
             _check_group_choices([f"{key}={value}"])
-            raw[key] = OmegaConf.load(config_dir() / key / f"{value}.yaml")
+            preset = OmegaConf.load(config_dir() / key / f"{value}.yaml")
+            current = getattr(cfg, key)  # a typed group takes the preset through its schema
+            raw[key] = OmegaConf.merge(_structured(type(current)), preset) if dataclasses.is_dataclass(current) \
+                else preset
         else:
             try:
                 OmegaConf.update(raw, key, value, merge=True)

@@ -74,6 +74,20 @@ def eval_lengths(ecfg: EvalConfig, train_len: int) -> list[int]:
     return sorted({round(r * train_len) for r in ecfg.ratios})
 
 
+def reference_length(cfg: Config) -> int:
+    """The L of a run's rows (column L_train, ratios, the sliding stride's default): its training length, or for a
+    fine-tune its first ancestor's, so that a fine-tuned run's rows line up with its parent's."""
+    return cfg.finetune.original_seq_len or cfg.train.seq_len
+
+
+def run_lengths(cfg: Config) -> list[int]:
+    """A run's eval lengths: eval.lengths, or eval.ratios × L — for a fine-tune × the original L and × its own."""
+    lengths = set(eval_lengths(cfg.eval, reference_length(cfg)))
+    if cfg.finetune.original_seq_len:
+        lengths |= set(eval_lengths(cfg.eval, cfg.train.seq_len))
+    return sorted(lengths)
+
+
 def scored_span(n_tokens: int, budget: int, longest: int) -> int:
     """Targets scored: the largest multiple of the longest length within budget and the split (≥ MIN_WINDOWS)."""
     available = n_tokens - 1
@@ -86,7 +100,7 @@ def scored_span(n_tokens: int, budget: int, longest: int) -> int:
 
 def check_feasible(cfg: Config, n_tokens: int) -> None:
     """Fail before training, not after, when the evaluation split is too short for the requested lengths."""
-    scored_span(n_tokens, cfg.eval.max_tokens, max(eval_lengths(cfg.eval, cfg.train.seq_len)))
+    scored_span(n_tokens, cfg.eval.max_tokens, max(run_lengths(cfg)))
 
 
 @torch.inference_mode()
@@ -147,8 +161,8 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     Progress: a bar per length × mode on a terminal (``progress``), and one plain line per finished length × mode,
     headed ``name`` (the run's), e.g. ``NAME eval L=512 nonoverlapping: ppl 6.62 (12 windows, …)``; ``quiet``:
     none of it."""
-    ecfg, L = cfg.eval, cfg.train.seq_len
-    lengths = eval_lengths(ecfg, L)
+    ecfg, L = cfg.eval, reference_length(cfg)
+    lengths = run_lengths(cfg)
     longest = max(lengths)
     span = scored_span(len(tokens), ecfg.max_tokens, longest)
     sliding_span = scored_span(len(tokens), ecfg.sliding_max_tokens, longest)

@@ -14,7 +14,8 @@ from pe_bench.data import TokenizedCorpus, load_tokens
 from pe_bench.device import resolve_device, use_bf16
 from pe_bench.distributed import StopRequested, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
-                               check_feasible, eval_lengths, evaluate, scored_span)
+                               check_feasible, evaluate, reference_length, run_lengths,
+                               scored_span)
 from pe_bench.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY, evaluate_accuracy
 from pe_bench.accuracy import summary as accuracy_summary
 from pe_bench.build import build_scheme
@@ -29,7 +30,7 @@ WINDOWS_CSV = "windows.csv"
 
 def is_done(run: Run) -> bool:
     """Finished: never trained again (even if its checkpoint was deleted to save space)."""
-    return run.status == "done" and (run.eval_csv.exists() or run.accuracy_csv.exists())
+    return run.is_done()
 
 
 def load_data(cfg: Config) -> TokenizedCorpus | TaskData:
@@ -86,7 +87,9 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
             t0 = time.perf_counter()
             run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
                             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
-                            data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device))
+                            data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device),
+                            **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
+                                           "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
             try:
                 model = train(cfg, run, corpus, device, progress, world)
                 t1 = time.perf_counter()
@@ -100,12 +103,12 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
             meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
             label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
             if isinstance(corpus, TaskData):
-                say(f"{run.path.name}: {accuracy_summary([r for r in rows if r['scheme'] == label], cfg.train.seq_len)}"
+                say(f"{run.path.name}: {accuracy_summary([r for r in rows if r['scheme'] == label], reference_length(cfg))}"
                     f" (train loss {meta.get('final_train_loss')}, {duration(wall)})")
             else:
                 say(run_summary(run.path.name, meta.get("final_train_loss"),
                                 [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
-                                cfg.train.seq_len, wall))
+                                reference_length(cfg), wall))
     finally:
         shutdown(world)
     return run
@@ -233,7 +236,7 @@ def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.devic
 
     def recorded(label: str) -> bool:
         return only_missing and all((label, str(n), str(cfg.task.eval_examples)) in have
-                                    for n in eval_lengths(cfg.eval, cfg.train.seq_len))
+                                    for n in run_lengths(cfg))
 
     rows: list[dict] = []
     for m, step in _variant_models(run, cfg, data, device, specs, model, trained, recorded):
@@ -247,13 +250,13 @@ def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.devic
 def _expected_keys(cfg: Config, label: str, step: int, device: torch.device,
                    n_tokens: int) -> set[tuple[tuple[str, ...], str]]:
     """(row key without the span, the span as written) for every row this evaluation would write."""
-    ecfg, L = cfg.eval, cfg.train.seq_len
+    ecfg, L = cfg.eval, reference_length(cfg)
     precision = "bf16" if use_bf16(cfg.train, device) else "fp32"
-    longest = max(eval_lengths(ecfg, L))
+    longest = max(run_lengths(cfg))
     spans = {"nonoverlapping": scored_span(n_tokens, ecfg.max_tokens, longest),
              "sliding": scored_span(n_tokens, ecfg.sliding_max_tokens, longest)}
     out = set()
-    for n in eval_lengths(ecfg, L):
+    for n in run_lengths(cfg):
         for mode, stride, S, budget in (("nonoverlapping", n, "", ecfg.max_tokens),
                                         ("sliding", min(ecfg.stride or L, n), ecfg.stride or L,
                                          ecfg.sliding_max_tokens)):

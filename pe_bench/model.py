@@ -32,6 +32,20 @@ def random_positions(max_position: int, length: int, generator: torch.Generator)
     return torch.randperm(max_position, generator=generator)[:length].sort().values
 
 
+def pose_positions(length: int, target: int, chunks: int, generator: torch.Generator) -> torch.Tensor:
+    """PoSE position ids (Zhu et al. 2023, §3.2) for a window of ``length`` tokens standing in for ``target``:
+    the window is cut at chunks − 1 distinct uniform cut points into contiguous chunks; chunk i's ids are
+    consecutive and shifted by a skip u_i, with u_0 = 0 and u_i ~ U{u_(i−1), …, target − length}. The first id is 0,
+    ids increase, and the last is at most target − 1. int64 (length,)."""
+    cuts = (torch.randperm(length - 1, generator=generator)[: chunks - 1] + 1).sort().values.tolist()
+    shift = torch.zeros(length, dtype=torch.long)
+    skip = 0
+    for cut in cuts:
+        skip = int(torch.randint(skip, target - length + 1, (1,), generator=generator))
+        shift[cut:] = skip
+    return torch.arange(length) + shift
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()

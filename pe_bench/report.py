@@ -20,6 +20,7 @@ from rich.table import Table
 from pe_bench import stats
 from pe_bench.build import build_scheme
 from pe_bench.config import Config, ConfigError
+from pe_bench.finetune import finetune_tag
 from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of, read_csv
 
 MODES = ("nonoverlapping", "sliding")
@@ -32,6 +33,9 @@ STATUSES = ("ok", "not_applicable", "nonfinite", "diverged")
 # Keys of a run's identity that never go into a row label: the seed is what replicas differ in; the scheme is the
 # row name already (its label lists the options that differ from the defaults).
 UNLABELLED = ("seed", "scheme")
+# A fine-tune's identity keys that its label's tag (finetune_tag) already says, or that follow from its parent.
+TAGGED = ("train.steps", "train.seq_len", "train.pose_target", "train.pose_chunks", "finetune.original_seq_len",
+          "finetune.data_offset", "finetune.new_positions")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -91,11 +95,11 @@ def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
 
 def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows that say 'diverged' at every length and mode the run would have been evaluated at."""
-    from pe_bench.evaluate import eval_lengths
+    from pe_bench.evaluate import reference_length, run_lengths
 
     from pe_bench.config import scheme_spec, with_options
 
-    L, ecfg = cfg.train.seq_len, cfg.eval
+    L, ecfg = reference_length(cfg), cfg.eval
     spec = scheme_spec(cfg.scheme)
     labels = dict.fromkeys(build_scheme(cfg, sp).label() for sp in
                            [spec] + ([with_options(spec, v) for v in spec.eval_variants] if ecfg.variants else []))
@@ -105,7 +109,7 @@ def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
             "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}", "step": ""}
     rows = []
     for label in labels:  # the base scheme and every eval-time variant: each of their rows says 'diverged'
-        for n in eval_lengths(ecfg, L):
+        for n in run_lengths(cfg):
             common = {**base, "scheme": label, "L_eval": n, "ratio": round(n / L, 4)}
             rows.append({**common, "mode": "nonoverlapping", "stride": n, "S": "", "budget": ecfg.max_tokens})
             rows.append({**common, "mode": "sliding", "stride": min(ecfg.stride or L, n), "S": ecfg.stride or L,
@@ -160,7 +164,7 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     the runs, e.g. ``nope · model.n_layers=2``). Unreadable files and unfinished runs are left out, each with one
     line in ``left_out``; diverged runs give 'diverged' rows. ``keep(df)``: a row mask applied before the labels are
     made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others."""
-    frames, flat, flat_scheme, left = [], {}, {}, []
+    frames, flat, flat_scheme, tags, left = [], {}, {}, {}, []
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     # Runs made with another torch, device or CPU thread count do not give the same numbers (README, "Determinism"):
     # when the runs disagree on it, it is part of each configuration's identity (and of its label).
@@ -186,7 +190,10 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
             continue
         ident, config_id = config_identity(cfg, meta, mixed)
         group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
+        tags[config_id] = finetune_tag(cfg)
         flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
+        if tags[config_id]:  # a fine-tune: what its tag says is not repeated, and it is compared with fine-tunes
+            flat[config_id] = {k: v for k, v in flat[config_id].items() if k not in TAGGED}
         flat_scheme[config_id] = _flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
         d = pd.DataFrame(rows)
         for c in ("budget", "step", "note", "S", "precision"):
@@ -222,9 +229,12 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         for name in sorted(set(df.loc[dup, "run"])):
             left.append(f"{name}: a second copy of a run already read; the first is used")
         df = df[~dup].reset_index(drop=True)
-    varying = sorted(k for k in set().union(*flat.values()) if len({f.get(k) for f in flat.values()}) > 1)
-    suffix = {c: " · ".join(f"{k}={flat[c].get(k)}" for k in varying) for c in flat}
-    df["label"] = [s + (f" · {suffix[c]}" if suffix[c] else "") for s, c in zip(df["scheme"], df["config"])]
+    suffix = {}
+    for pool in (False, True):  # trained from scratch, fine-tuned: the keys that differ within each kind
+        members = {c: f for c, f in flat.items() if bool(tags[c]) == pool}
+        varying = sorted(k for k in set().union(*members.values()) if len({f.get(k) for f in members.values()}) > 1)
+        suffix.update({c: " · ".join(f"{k}={members[c].get(k)}" for k in varying) for c in members})
+    df["label"] = [s + tags[c] + (f" · {suffix[c]}" if suffix[c] else "") for s, c in zip(df["scheme"], df["config"])]
     # Two configurations can still share a label: rope trained with YaRN and plain rope evaluated as rope+yarn×8.
     # Their scheme options that differ go into the label too; a row is never two configurations.
     for label, configs in df.groupby("label")["config"].unique().items():

@@ -5,7 +5,8 @@ results/runs/<scheme>-<model>-<data>-L<L>-s<seed>-<hash>/
     meta.json     versions, device, status     eval.csv       one row per length × mode × scheme variant
     checkpoint.pt model, optimizer, step, cfg  positions.csv  per-position loss curves
                                                accuracy.csv   a task run's accuracy rows (instead of eval.csv)
-A task run (task != lm) is named <task>-<scheme>-<model>-L<L>-s<seed>-<hash>.
+A task run (task != lm) is named <task>-<scheme>-<model>-L<L>-s<seed>-<hash>; a fine-tune
+<parent's name without its hash>-ft<steps>-L<L>[-pose<target>]-<hash>.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
         d.pop("data")
     for k in BOOKKEEPING:  # how often to log/validate/checkpoint does not change the trained weights
         d["train"].pop(k)
+    if not cfg.train.pose_target:  # keys added later leave the identity (and run names) of runs without them alone
+        d["train"].pop("pose_target")
+        d["train"].pop("pose_chunks")
+    ft = d.pop("finetune")
+    if cfg.finetune.from_run:  # a fine-tune: its parent by name (where it lies is not part of it), or without seed
+        ft.pop("from_run")
+        ft.pop("parent" if not seed else "parent_config")
+        d["finetune"] = ft
     return d
 
 
@@ -60,6 +69,10 @@ def digest(d: Any, n: int = 8) -> str:
 def run_name(cfg: Config) -> str:
     """Readable prefix plus a hash of everything that changes the trained model (not eval/results/cache)."""
     h = digest(identity(cfg))
+    if cfg.finetune.from_run:  # <parent's name without its hash>-ft<steps>-L<L>[-pose<target>]-<hash>
+        pose = f"-pose{cfg.train.pose_target}" if cfg.train.pose_target else ""
+        parent = (cfg.finetune.parent or "run").rsplit("-", 1)[0]
+        return f"{parent}-ft{cfg.train.steps}-L{cfg.train.seq_len}{pose}-{h}"
     if cfg.task.name != "lm":
         return f"{cfg.task.name}-{cfg.scheme['name']}-{cfg.model.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
     return f"{cfg.scheme['name']}-{cfg.model.name}-{cfg.data.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
@@ -260,6 +273,10 @@ class Run:
                 f.write(text)
                 f.truncate()
         return meta
+
+    def is_done(self) -> bool:
+        """Finished: never trained again (even if its checkpoint was deleted to save space)."""
+        return self.status == "done" and (self.eval_csv.exists() or self.accuracy_csv.exists())
 
     @property
     def status(self) -> str:

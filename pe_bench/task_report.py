@@ -48,17 +48,17 @@ def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
-    from pe_bench.evaluate import eval_lengths
+    from pe_bench.evaluate import reference_length, run_lengths
     from pe_bench.tasks import build_task
 
     depths = build_task(cfg.task, {"train": np.zeros(1), "validation": np.zeros(1)}).eval_depths()
-    L = cfg.train.seq_len
+    L = reference_length(cfg)
     return [{"task": cfg.task.name, "scheme": cfg.scheme["name"], "base_scheme": cfg.scheme["name"],
              "model": cfg.model.name, "L_train": L, "L_eval": n, "ratio": round(n / L, 4),
              "depth": "" if d is None else d, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
              "examples": cfg.task.eval_examples, "answer_tokens": 0, "seed": cfg.seed, "step": "",
              "precision": "", "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}"}
-            for n in eval_lengths(cfg.eval, L) for d in depths]
+            for n in run_lengths(cfg) for d in depths]
 
 
 @dataclass

@@ -11,11 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from pe_bench.build import build_model
+from pe_bench.finetune import load_parent
 from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
-from pe_bench.model import Decoder, random_positions
+from pe_bench.model import Decoder, pose_positions, random_positions
 from pe_bench.progress import TrainProgress, use_bar
 from pe_bench.runs import Run, RunFileError, atomic_save, digest, identity, read_csv, write_csv
 from pe_bench.tasks import TaskData, batch_rng
@@ -85,11 +86,15 @@ def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
     return torch.Generator().manual_seed(((seed * 1_000_003 + step) * 64 + micro) % (2**63))
 
 
-def batch_positions(tc: TrainConfig, g: torch.Generator, device: torch.device) -> torch.Tensor | None:
-    """Positions for one batch: None (0..L-1) unless randomized positions are on; shared by the batch's rows."""
-    if not tc.random_positions:
-        return None
-    return random_positions(tc.random_positions, tc.seq_len, g).to(device)
+def batch_positions(tc: TrainConfig, g: torch.Generator, device: torch.device,
+                    training: bool = True) -> torch.Tensor | None:
+    """Positions for one batch, shared by its rows: None (0..L-1) unless randomized positions (training and
+    validation) or PoSE (training only) are on."""
+    if tc.random_positions:
+        return random_positions(tc.random_positions, tc.seq_len, g).to(device)
+    if tc.pose_target and training:
+        return pose_positions(tc.seq_len, tc.pose_target, tc.pose_chunks, g).to(device)
+    return None
 
 
 def next_batch(data: TokenizedCorpus | TaskData, split: str, tc: TrainConfig, g: torch.Generator, progress: float,
@@ -125,7 +130,7 @@ def validation_loss(model: Decoder, data: TokenizedCorpus | TaskData, tc: TrainC
     for _ in range(tc.val_batches):
         x, y, mask = next_batch(data, "validation", tc, g, 1.0, device)
         with ctx:
-            logits = model(x, batch_positions(tc, g, device))
+            logits = model(x, batch_positions(tc, g, device, training=False))
         losses.append(loss_of(logits, y, mask).item())
     model.train(was_training)
     return float(np.mean(losses))
@@ -144,8 +149,10 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
                           "is batch_size × grad_accum whatever the number of processes)")
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, corpus.vocab_size).to(device)
-    opt = make_optimizer(model, tc, device)
     step, history, window_losses = 0, [], []
+    if cfg.finetune.from_run and not run.checkpoint.exists():  # a fine-tune starts from its parent's weights
+        load_parent(model, cfg, device, corpus)
+    opt = make_optimizer(model, tc, device)
     if run.checkpoint.exists():
         ckpt = run.load_checkpoint(device)
         check_checkpoint(run, ckpt, cfg, corpus)
@@ -206,7 +213,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
                 group["lr"] = lr
             total = torch.zeros((), device=device)  # summed on the device: no host sync until a log line
             for i, micro in enumerate(my_micro):
-                g = batch_generator(cfg.seed, step, micro)
+                g = batch_generator(cfg.seed, cfg.finetune.data_offset + step, micro)  # a fine-tune continues
                 x, y, mask = next_batch(corpus, "train", tc, g, step / tc.steps, device)
                 positions = batch_positions(tc, g, device)
                 # DDP all-reduces (averages) gradients on the last micro-step only.

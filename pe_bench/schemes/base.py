@@ -48,11 +48,17 @@ class ModelShape:
     head_dim: int
     train_seq_len: int  # only schemes that are sized by the training length by definition may use this
     n_layers: int = 1  # for schemes with per-layer parameters (Shaw, Transformer-XL, KERPLE, FIRE, CoPE)
-    max_train_position: int | None = None  # largest position + 1 seen in training (randomized positions); None = L
+    max_train_position: int | None = None  # largest position + 1 seen in training (randomized positions, PoSE); None = L
+    original_seq_len: int | None = None  # a fine-tune's first ancestor's L (the context the weights learnt first)
 
     @property
     def position_range(self) -> int:
         return self.max_train_position or self.train_seq_len
+
+    @property
+    def pretrained_length(self) -> int:
+        """The length the weights were first trained at: RoPE's context-extension methods scale from it."""
+        return self.original_seq_len or self.train_seq_len
 
 
 @dataclass
@@ -115,6 +121,12 @@ class Scheme(nn.Module):
         """probs: (B, H, T, T) attention weights -> (B, H, T, D) added to probs @ v, or None. Called only when
         ``score_terms`` returned terms for this layer."""
         return None
+
+    # ---- fine-tuning --------------------------------------------------------------------------------------
+    def inherit(self, state: dict[str, torch.Tensor], prefix: str, how: str) -> None:
+        """Adapt a parent run's weights of this scheme (the keys of ``state`` under ``prefix``) in place to this
+        scheme's shapes, for a fine-tune that starts from them (``pe-bench finetune``). ``how``: the policy for
+        positions the parent never had (finetune.new_positions). Default: nothing is sized by the length."""
 
     # ---- bookkeeping -------------------------------------------------------------------------------------
     def label(self) -> str:

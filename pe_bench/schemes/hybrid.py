@@ -43,6 +43,10 @@ class Composite(Scheme):
             q, k = p.rotate(q, k, positions)
         return q, k
 
+    def inherit(self, state: dict[str, torch.Tensor], prefix: str, how: str) -> None:
+        for i, p in enumerate(self.parts):
+            p.inherit(state, f"{prefix}parts.{i}.", how)
+
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:
         return _sum([p.score_bias(q_pos, k_pos, layer) for p in self.parts])
 

@@ -6,6 +6,10 @@ policy, recorded in the row label whenever it is not the default:
 - ``na``     — refuse: the evaluator reports those lengths as not applicable, with the reason;
 - ``clamp``  — reuse the last trained row for every later position;
 - ``extend`` — a larger table whose extra rows were never trained (drawn from the same N(0, 0.02) init, seeded).
+
+A fine-tune to a longer length starts from the parent's table and grows it (``finetune.new_positions``): ``extend``
+appends the same seeded rows as the eval-time policy, ``interpolate`` resamples it as position interpolation does
+for RoPE (Chen et al. 2023): row m of the new table is the parent's table at m·L/L', linearly interpolated.
 """
 
 from __future__ import annotations
@@ -65,3 +69,21 @@ class Learned(Scheme):
             else:
                 table = torch.cat([table, self._untrained_rows(last + 1 - rows, table)])
         return x + table[positions].to(x.dtype)
+
+    def inherit(self, state: dict[str, torch.Tensor], prefix: str, how: str) -> None:
+        key = prefix + "table"
+        old = state.get(key)
+        rows = self.table.shape[0]
+        if old is None or old.shape[0] == rows:
+            return
+        if old.shape[0] > rows:
+            raise ValueError(f"the parent's learned table has {old.shape[0]} rows, more than this run's {rows}: a "
+                             "fine-tune cannot shorten it; fine-tune at a train.seq_len of at least the parent's")
+        if how == "extend":
+            state[key] = torch.cat([old, self._untrained_rows(rows - old.shape[0], old)])
+        else:  # position interpolation: new row m = old table at m / s, s = rows / old rows
+            src = torch.arange(rows, dtype=torch.float64) * (old.shape[0] / rows)
+            lo = src.floor().long().clamp(max=old.shape[0] - 1)
+            hi = (lo + 1).clamp(max=old.shape[0] - 1)
+            w = (src - lo).to(old.dtype)[:, None]
+            state[key] = old[lo] * (1 - w) + old[hi] * w

@@ -193,7 +193,7 @@ class RoPE(Scheme):
             raise ValueError(f"scheme.rotary_fraction={fmt(options.rotary_fraction)} rotates no dimension of a "
                              f"{shape.head_dim}-dim head; raise it")
         sc = options.scaling
-        self.original_length = sc.original_length or shape.train_seq_len
+        self.original_length = sc.original_length or shape.pretrained_length
         if sc.type in ("ntk", "dynamic") and self.rot_dim <= 2:  # b·s^(d/(d−2)) needs d > 2
             raise ValueError(f"scheme.scaling.type={sc.type} needs a rotary dimension above 2, but this head "
                              f"rotates {self.rot_dim}; raise scheme.rotary_fraction or the head dimension")

@@ -1,0 +1,132 @@
+"""Fine-tuning from another run (``pe-bench finetune RUN_DIR ...``): the child's config — its parent's, with a
+fine-tuning recipe — and the parent's final weights as its starting point.
+
+What a fine-tune may change is what does not change the meaning of the parent's weights: the training recipe
+(``train.*``, ``train=finetune`` unless another preset is named), the evaluation, the scheme's eval-time options
+(RoPE's ``scheme.scaling``) and ``finetune.new_positions``. The model, data, task, scheme and seed are the parent's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omegaconf import OmegaConf
+
+from pe_bench.config import Config, ConfigError, apply_overrides, check_override_words, scheme_spec, validate
+from pe_bench.runs import Run, RunFileError, digest, identity
+
+if TYPE_CHECKING:
+    import torch
+
+    from pe_bench.model import Decoder
+
+PRESET = "finetune"  # configs/train/finetune.yaml: the recipe of a fine-tune that names no train preset
+CHANGEABLE = ("train", "eval", "scheme", "finetune", "results_dir", "cache_dir")
+FILLED = ("from_run", "parent", "parent_config", "original_seq_len", "data_offset")  # finetune.* taken from the parent
+
+
+def finetune_tag(cfg: Config) -> str:
+    """What a fine-tuned run's table rows add to the scheme label: `` ft<steps>@<L>``, PoSE's target and chunks, the
+    learned table's growth policy when not the default — e.g. ``rope+yarn×8 ft100@512``, ``rope+yarn×8 PoSE→512
+    ft100@64``. Empty for a run trained from scratch."""
+    if not cfg.finetune.from_run:
+        return ""
+    t = cfg.train
+    pose = f" PoSE→{t.pose_target}" + (f"/{t.pose_chunks} chunks" if t.pose_chunks != 2 else "") if t.pose_target else ""
+    grow = " interpolated" if cfg.finetune.new_positions != "extend" else ""
+    return f"{pose}{grow} ft{t.steps}@{t.seq_len}"
+
+
+def parent_run(path: str | Path) -> tuple[Run, Config]:
+    """The parent run and its config; one ConfigError line when it cannot be fine-tuned from (not a run directory,
+    not finished, its weights gone)."""
+    run = Run(Path(path).expanduser())
+    if not run.config.is_file():
+        raise ConfigError(f"{path} is not a run directory (no config.yaml); give one, e.g. results/runs/<name>")
+    cfg = run.load_config()
+    if not run.is_done():
+        raise ConfigError(f"{run.path.name} is not finished (status {run.status}): a fine-tune starts from a finished "
+                          "run's final weights; finish it first (the same `pe-bench train ...` command resumes it)")
+    if not run.checkpoint.exists():
+        raise ConfigError(f"{run.checkpoint} is missing: the parent's weights are gone, so nothing can be fine-tuned "
+                          "from it; train the parent again in a new results_dir")
+    return run, cfg
+
+
+def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config of a fine-tune of the run at ``path``: the parent's config, ``train=finetune`` (unless the
+    overrides name a train preset), no eval-time variants (unless given), then ``overrides``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parent, pcfg = parent_run(path)
+    words = list(overrides)
+    check_override_words(words, "finetune")
+    keys = [o.key_or_group for o in OverridesParser.create().parse_overrides(words)]
+    for key, word in zip(keys, words):
+        top = key.split(".")[0]
+        if top not in CHANGEABLE or key == "scheme" and word.partition("=")[2] != pcfg.scheme["name"]:
+            raise ConfigError(f"'{word}': a fine-tune keeps its parent's model, data, task, scheme and seed (its "
+                              f"weights are {parent.path.name}'s); it may change train.*, eval.*, the scheme's "
+                              "eval-time options and finetune.new_positions — train another parent for the rest")
+        if key.startswith("finetune.") and key.split(".")[1] in FILLED:
+            raise ConfigError(f"'{word}': finetune.{key.split('.')[1]} is taken from the parent run; give the parent as "
+                              "`pe-bench finetune RUN_DIR`")
+    words = [w for k, w in zip(keys, words) if k != "scheme"]
+    raw = OmegaConf.structured(pcfg)
+    if not any(k == "scheme.eval_variants" for k in keys):
+        raw.scheme.eval_variants = []  # the parent's eval-time variants would undo the fine-tune's own options
+    raw.results_dir = str(parent.path.parent.parent)  # beside the parent (results_dir=... moves it)
+    base = validate(raw)
+    preset = [] if "train" in keys else [f"train={PRESET}"]
+    cfg = apply_overrides(base, preset + words, allowed=CHANGEABLE)
+    _check_scheme_options(pcfg, cfg)
+    if cfg.train.seq_len < pcfg.train.seq_len:
+        raise ConfigError(f"train.seq_len={cfg.train.seq_len} is shorter than the parent's L={pcfg.train.seq_len}: a "
+                          f"fine-tune extends the context; give train.seq_len >= {pcfg.train.seq_len} (or "
+                          f"train.pose_target for PoSE at the parent's L)")
+    raw = OmegaConf.structured(cfg)
+    raw.finetune.from_run = str(parent.path)
+    raw.finetune.parent = parent.path.name
+    raw.finetune.parent_config = digest(identity(pcfg, seed=False))
+    raw.finetune.original_seq_len = pcfg.finetune.original_seq_len or pcfg.train.seq_len
+    raw.finetune.data_offset = pcfg.finetune.data_offset + pcfg.train.steps
+    return validate(raw)
+
+
+def _check_scheme_options(parent: Config, cfg: Config) -> None:
+    """Only the scheme's eval-time options may differ from the parent's: the others define what its weights mean."""
+    cls = scheme_spec(parent.scheme).cls
+    old, new = dict(parent.scheme), dict(cfg.scheme)
+    changed = sorted(k for k in set(old) | set(new) if k not in ("name", "eval_variants") and old.get(k) != new.get(k))
+    fixed = [k for k in changed if k not in cls.eval_options]
+    if fixed:
+        allowed = ", ".join(f"scheme.{k}" for k in cls.eval_options) or "none"
+        raise ConfigError(f"scheme.{fixed[0]} is fixed by the parent's weights for {cls.name} (trained with "
+                          f"{old.get(fixed[0])!r}); options a fine-tune of {cls.name} may change: {allowed}")
+
+
+def load_parent(model: Decoder, cfg: Config, device: torch.device, corpus=None) -> int:
+    """Put the parent's final weights into ``model`` (the fine-tune's, freshly built): checked to be the parent the
+    config names, on the same data, at its last step; the scheme adapts what its shapes changed (``inherit``).
+    Returns the parent's step."""
+    from pe_bench.train import check_checkpoint
+
+    f = cfg.finetune
+    parent = Run(Path(f.from_run).expanduser())
+    if parent.path.name != f.parent:
+        raise RunFileError(f"{parent.path} is not {f.parent}, the parent this fine-tune was made from; put the parent "
+                           "back or fine-tune the run that is there with `pe-bench finetune`")
+    pcfg = parent.load_config()
+    ckpt = parent.load_checkpoint(device)
+    check_checkpoint(parent, ckpt, pcfg, corpus)
+    if digest(identity(pcfg, seed=False)) != f.parent_config or int(ckpt["step"]) != pcfg.train.steps:
+        raise RunFileError(f"{parent.checkpoint} is not the finished parent this fine-tune was made from (step "
+                           f"{ckpt['step']}/{pcfg.train.steps}); put the parent back as it was")
+    state = dict(ckpt["model"])
+    try:
+        model.scheme.inherit(state, "scheme.", f.new_positions)
+        model.load_state_dict(state)
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(f"the parent's weights do not fit this fine-tune: {str(e).strip().splitlines()[0]}") from None
+    return int(ckpt["step"])
