@@ -325,7 +325,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
-    from pe_bench.sweep import TODO, check_data, expand, load_sweep, plan, report_dir, split_overrides
+    from pe_bench.sweep import expand, load_sweep, plan, report_dir, split_overrides
 
     name, sweep_keys, run_keys = split_overrides(overrides or [])
     sw = load_sweep(name, sweep_keys)
@@ -341,29 +341,50 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     run_with = launchers.for_sweep(sw, command, emit_sbatch, progress)
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
-    _print_plan(points, sw.name)
+    results = _run_stage(points, sw, sw.name, run_with, dry_run)
+    if results is None:  # a dry run, or handed to a scheduler: the next `pe-bench sweep` (or `pe-bench report`) goes on
+        return
+    if sw.extension is not None:  # the fine-tuning stage, from the parents that are finished
+        from pe_bench.extension import evaluate_baselines
+        from pe_bench.sweep import finetune_points, inspect
+
+        parents = [p for p in map(inspect, points) if p.state == "done"]
+        if len(parents) < len(points):
+            warn(f"{len(points) - len(parents)} of {len(points)} parents are not finished: their fine-tunes wait for "
+                 "them (run the same command again once they are)")
+        if run_with.trains_here:
+            evaluate_baselines(sw, parents, say)
+        children = finetune_points(sw, parents)
+        more = _run_stage(children, sw, f"{sw.name}: fine-tuning", run_with, dry_run) if children else {}
+        if more is None:
+            return
+        points, results = points + children, {**results, **more}
+    _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0)
+
+
+def _run_stage(points, sw, name: str, run_with, dry_run: bool) -> dict[str, str] | None:
+    """Plan, estimate and launch the points to do; their results, or None when nothing more happens here (a dry
+    run, a script emitted, an array handed to Slurm)."""
+    from pe_bench import launchers
+    from pe_bench.sweep import TODO, check_data
+
+    _print_plan(points, name)
     _print_estimate(points, sw)
     if dry_run:
-        return
+        return None
     todo = [p for p in points if p.state in TODO]
     if not todo:
         say("nothing to emit: every point has finished or is running elsewhere" if not run_with.trains_here
             else "nothing to do: every point has finished")
-        if not run_with.trains_here:
-            return
-        results: dict[str, str] | None = {}
-    else:
-        if run_with.trains_here:
-            check_data(points)  # a too-short evaluation split fails here, before any training
-        if isinstance(run_with, launchers.SbatchScript):
-            run_with.skipped = len(points) - len(todo)
-        try:
-            results = run_with.launch(todo, say)
-        except launchers.StoppedWaiting:  # Ctrl-C while waiting on a Slurm array: the array keeps running
-            raise typer.Exit(130) from None
-        if results is None:  # handed to a scheduler: the next `pe-bench sweep` (or `pe-bench report`) reports
-            return
-    _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0)
+        return {} if run_with.trains_here else None
+    if run_with.trains_here:
+        check_data(points)  # a too-short evaluation split fails here, before any training
+    if isinstance(run_with, launchers.SbatchScript):
+        run_with.skipped = len(points) - len(todo)
+    try:
+        return run_with.launch(todo, say)
+    except launchers.StoppedWaiting:  # Ctrl-C while waiting on a Slurm array: the array keeps running
+        raise typer.Exit(130) from None
 
 
 def _print_estimate(points, sw) -> None:
@@ -399,8 +420,11 @@ def _print_plan(points, name: str) -> None:
 
 def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
     """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
-    from pe_bench.evaluate import reference_length, run_lengths
+    from pe_bench.evaluate import eval_lengths, run_lengths
     from pe_bench.report import MODES, collect_all, collect_positions
+
+    def lengths_of_parent(cfg) -> set[int]:  # a fine-tune's evaluation at its parent's lengths
+        return set(eval_lengths(cfg.eval, cfg.finetune.original_seq_len))
     from pe_bench.sweep import BUSY, LEFT, inspect
 
     skipped = sum(p.state == "done" for p in points)  # as planned, before the states are read again
@@ -424,12 +448,19 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
         _report_tasks(task_runs, out, plots=True, title=title)
     runs = [r for r in runs if r not in task_runs]
     # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere
-    wanted = {p.run.path.name: (set(run_lengths(p.cfg)), p.cfg.eval) for p in points}
+    wanted: dict[str, set[tuple[int, str, str]]] = {}  # run → (length, mode, token budget) this sweep evaluates
+    for p in points:
+        e = p.cfg.eval
+        keys = {(n, m, str(e.max_tokens if m == "nonoverlapping" else e.sliding_max_tokens))
+                for n in run_lengths(p.cfg) for m in MODES}
+        wanted.setdefault(p.run.path.name, set()).update(keys)
+        if p.cfg.finetune.from_run:  # its budget 0: the parent evaluated with the fine-tune's settings
+            wanted.setdefault(Path(p.cfg.finetune.from_run).name, set()).update(
+                (n, m, b) for n, m, b in keys if n in lengths_of_parent(p.cfg))
 
     def ours(df):
-        return [n in wanted[r][0] and b == str(wanted[r][1].max_tokens if m == "nonoverlapping"
-                                                else wanted[r][1].sliding_max_tokens)
-                for r, n, m, b in zip(df["run"], df["L_eval"], df["mode"], df["budget"])]
+        return [(int(n), m, str(b)) in wanted.get(r, ()) for r, n, m, b in zip(df["run"], df["L_eval"], df["mode"],
+                                                                               df["budget"])]
 
     col = collect_all(runs, keep=ours) if runs else None
     for line in col.left_out if col is not None else []:

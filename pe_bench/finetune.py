@@ -27,15 +27,20 @@ FILLED = ("from_run", "parent", "parent_config", "original_seq_len", "data_offse
 
 
 def finetune_tag(cfg: Config) -> str:
-    """What a fine-tuned run's table rows add to the scheme label: `` ft<steps>@<L>``, PoSE's target and chunks, the
-    learned table's growth policy when not the default — e.g. ``rope+yarn×8 ft100@512``, ``rope+yarn×8 PoSE→512
+    """What a fine-tuned run's table rows add to the scheme label: PoSE's target (and chunks), the learned table's
+    growth policy when not the default, `` ft<steps>@<L>`` — e.g. ``rope+yarn×8 ft100@512``, ``rope+yarn×8 PoSE→512
     ft100@64``. Empty for a run trained from scratch."""
+    return method_tag(cfg).replace(" @", f" ft{cfg.train.steps}@") if cfg.finetune.from_run else ""
+
+
+def method_tag(cfg: Config) -> str:
+    """A fine-tune's method without its budget (``finetune_tag`` without the steps): `` PoSE→512 @64``."""
     if not cfg.finetune.from_run:
         return ""
     t = cfg.train
     pose = f" PoSE→{t.pose_target}" + (f"/{t.pose_chunks} chunks" if t.pose_chunks != 2 else "") if t.pose_target else ""
     grow = " interpolated" if cfg.finetune.new_positions != "extend" else ""
-    return f"{pose}{grow} ft{t.steps}@{t.seq_len}"
+    return f"{pose}{grow} @{t.seq_len}"
 
 
 def parent_run(path: str | Path) -> tuple[Run, Config]:

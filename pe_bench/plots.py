@@ -519,3 +519,39 @@ def _save_figure(fig, path: Path) -> Path | None:
         return None
     _save(fig, path)
     return path
+
+
+def plot_extension(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    """Perplexity vs fine-tuning steps (symlog x: 0 = the parent, eval-time only), one line per method: at the
+    parent's longest length (8L with the default ratios) and at L, a pair of panels per parent."""
+    import matplotlib.pyplot as plt
+
+    from pe_bench.extension import curve
+
+    if t.empty:
+        return None
+    parents = list(dict.fromkeys(t["parent"]))
+    fig, axes = plt.subplots(len(parents), 2, figsize=(11, 4.2 * len(parents)), squeeze=False)
+    for row, parent in enumerate(parents):
+        tp = t[t["parent"] == parent]
+        L = int(tp["L"].iloc[0])
+        base = tp[tp["steps"] == 0]
+        lengths = [int(c) for c in tp.columns if c.isdigit() and (base[c] != "—").any()] or [L]
+        for ax, n in zip(axes[row], (max(lengths), L)):
+            for i, method in enumerate(dict.fromkeys(tp["method"])):
+                xs, ys = curve(tp, method, n)
+                if len(xs):
+                    ax.plot(xs, ys, marker="osD^v<>ph"[i % 9], label=method)
+            ax.set_xscale("symlog", linthresh=10)
+            steps = sorted(set(int(s) for s in tp["steps"]))
+            ax.set_xticks(steps)
+            ax.set_xticklabels([str(s) for s in steps])
+            ax.set_xlabel("fine-tuning steps (0: the parent, eval-time only)")
+            ax.set_ylabel(f"perplexity at {n} tokens ({n // L}L)" if n % L == 0 else f"perplexity at {n} tokens")
+            ax.set_title(f"{parent}: at {n} tokens", fontsize=10)
+            ax.grid(alpha=0.3)
+        axes[row][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    _save(fig, path)
+    return path

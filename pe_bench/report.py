@@ -20,7 +20,7 @@ from rich.table import Table
 from pe_bench import stats
 from pe_bench.build import build_scheme
 from pe_bench.config import Config, ConfigError
-from pe_bench.finetune import finetune_tag
+from pe_bench.finetune import finetune_tag, method_tag
 from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of, read_csv
 
 MODES = ("nonoverlapping", "sliding")
@@ -33,6 +33,7 @@ STATUSES = ("ok", "not_applicable", "nonfinite", "diverged")
 # Keys of a run's identity that never go into a row label: the seed is what replicas differ in; the scheme is the
 # row name already (its label lists the options that differ from the defaults).
 UNLABELLED = ("seed", "scheme")
+FINETUNE_COLUMNS = ("ft_parent", "ft_steps", "ft_method", "bare")  # collect_all's columns for the extension table
 # A fine-tune's identity keys that its label's tag (finetune_tag) already says, or that follow from its parent.
 TAGGED = ("train.steps", "train.seq_len", "train.pose_target", "train.pose_chunks", "finetune.original_seq_len",
           "finetune.data_offset", "finetune.new_positions")
@@ -129,7 +130,8 @@ class Collected:
         """Rows made elsewhere (tests, older files) without identity columns: one configuration per scheme label."""
         if not self.df.empty:
             defaults = {"label": self.df["scheme"], "config": "", "group": "", "budget": "", "S": "", "step": 0,
-                        "steps": 0, "run": "", "precision": ""}
+                        "steps": 0, "run": "", "precision": "", "ft_parent": "", "ft_steps": 0,
+                        "ft_method": self.df["scheme"], "bare": ""}
             missing = {k: v for k, v in defaults.items() if k not in self.df}
             if missing:
                 self.df = self.df.assign(**missing)
@@ -205,6 +207,11 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         d["precision"] = d["precision"].fillna("").astype(str)
         d.insert(0, "run", run.path.name)
         d["config"], d["group"], d["steps"] = config_id, group, cfg.train.steps
+        # fine-tuning: the parent's configuration, the budget, the method (scheme label + PoSE, fine-tune length)
+        d["ft_parent"] = cfg.finetune.parent_config or ""
+        d["ft_steps"] = cfg.train.steps if cfg.finetune.from_run else 0
+        d["ft_method"] = d["scheme"] + method_tag(cfg)
+        d["bare"] = digest(identity(cfg, seed=False))
         frames.append(d)
         _read_windows(run, windows)
     if not frames:
@@ -235,6 +242,8 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         varying = sorted(k for k in set().union(*members.values()) if len({f.get(k) for f in members.values()}) > 1)
         suffix.update({c: " · ".join(f"{k}={members[c].get(k)}" for k in varying) for c in members})
     df["label"] = [s + tags[c] + (f" · {suffix[c]}" if suffix[c] else "") for s, c in zip(df["scheme"], df["config"])]
+    df["ft_method"] = [m + (f" · {suffix[c]}" if suffix[c] and tags[c] else "") for m, c in zip(df["ft_method"],
+                                                                                              df["config"])]
     # Two configurations can still share a label: rope trained with YaRN and plain rope evaluated as rope+yarn×8.
     # Their scheme options that differ go into the label too; a row is never two configurations.
     for label, configs in df.groupby("label")["config"].unique().items():
@@ -545,8 +554,14 @@ def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, tit
     df = col.df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
     col = Collected(df, col.windows, col.left_out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "eval_long.csv", df.to_csv(index=False))
+    # the fine-tuning columns only where there are fine-tunes (the long CSV of other reports stays as it was)
+    plain = df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore") if not (df.get("ft_parent", pd.Series([], dtype=str)) != "").any() \
+        else df
+    atomic_write_text(out / "eval_long.csv", plain.to_csv(index=False))
     written = [out / "eval_long.csv", *write_tables(col, out, title, split)]
+    from pe_bench.extension import write_extension
+
+    written += write_extension(col, out, title, split, plots)  # fine-tunes by method and budget, if any
     if plots:
         from pe_bench.plots import plot_lengths, plot_positions
 

@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes
-from pe_bench.config import GROUPS, Config, ConfigError, _omegaconf_message, compose, config_dir, preset_names
+from pe_bench.config import (GROUPS, Config, ConfigError, _omegaconf_message, compose, config_dir, preset_names,
+                             validate)
 from pe_bench.runs import Run
 
 LAUNCHERS = ("local", "slurm")
@@ -56,6 +57,17 @@ class SlurmLauncher:
 
 
 @dataclass
+class ExtensionConfig:
+    """A sweep's fine-tuning stage (context extension): every finished point of the sweep is a parent, fine-tuned
+    with each method for each budget of steps. Budget 0 is the parent itself, evaluated with the method's eval-time
+    scheme options (today's eval-time rows, e.g. rope+yarn×8)."""
+
+    methods: dict[str, list[str]] = field(default_factory=dict)  # name → its fine-tuning overrides
+    steps: list[int] = field(default_factory=lambda: [0, 25, 100, 400])  # fine-tuning budgets
+    overrides: list[str] = field(default_factory=list)  # every fine-tune's, before its method's
+
+
+@dataclass
 class SweepConfig:
     name: str = "default"
     schemes: list[str] = field(default_factory=lambda: ["all"])  # "all" = every registered scheme
@@ -72,6 +84,7 @@ class SweepConfig:
     launcher: str = "local"
     local: LocalLauncher = field(default_factory=LocalLauncher)
     slurm: SlurmLauncher = field(default_factory=SlurmLauncher)
+    extension: ExtensionConfig | None = None  # a fine-tuning stage after the points (sweep=extension)
 
 
 def sweep_names() -> list[str]:
@@ -100,11 +113,21 @@ def load_sweep(name: str, overrides: list[str] = ()) -> SweepConfig:
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(SweepConfig), _load_with_defaults(path),
                               OmegaConf.from_dotlist(list(overrides)))
+        methods = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "extension.methods"]
+        if methods:  # a map of methods on the command line replaces the config's, not merges into it
+            cfg.extension.methods = OmegaConf.from_dotlist([f"m={methods[-1]}"]).m
         sweep: SweepConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(_omegaconf_message(e, "sweep", SweepConfig)) from None
     if sweep.launcher not in LAUNCHERS:
         raise ConfigError(f"sweep.launcher={sweep.launcher!r} is not one of: {', '.join(LAUNCHERS)}")
+    ext = sweep.extension
+    if ext is not None:
+        if not ext.methods:
+            raise ConfigError("sweep.extension.methods is empty: name at least one fine-tuning method, e.g. "
+                              "{yarn: [scheme.scaling.type=yarn, scheme.scaling.factor=8]}")
+        if not ext.steps or any(n < 0 for n in ext.steps):
+            raise ConfigError(f"sweep.extension.steps={ext.steps} must list budgets >= 0 (0: the parent itself)")
     for key, value in (("sweep.local.parallel", sweep.local.parallel),
                        ("sweep.slurm.array_parallelism", sweep.slurm.array_parallelism),
                        ("sweep.slurm.ddp_processes", sweep.slurm.ddp_processes),
@@ -200,9 +223,10 @@ def plan(points: list[list[str]]) -> list[Point]:
     for overrides in points:
         cfg = compose(overrides)
         out.append(inspect(Point(overrides, cfg, Run.for_config(cfg))))
-    varying = [i for i in range(len(points[0])) if len({tuple(p)[i] for p in points}) > 1] if points else []
+    width = max((len(p) for p in points), default=0)
+    varying = [i for i in range(width) if len({p[i] if i < len(p) else None for p in points}) > 1]
     for p in out:
-        p.short = " ".join(p.overrides[i] for i in varying)
+        p.short = " ".join(p.overrides[i] for i in varying if i < len(p.overrides))
     names = [p.run.path for p in out]
     if len(set(names)) < len(names):
         dup = next(p for p in out if names.count(p.run.path) > 1)
@@ -367,10 +391,12 @@ def _shape(d: dict[str, Any]) -> tuple:
 
     m, data, t, e = d["model"], d["data"], d["train"], d["eval"]
     task = d.get("task") or {"name": "lm"}
-    lengths = eval_lengths(SimpleNamespace(lengths=e.get("lengths"), ratios=e.get("ratios")), t["seq_len"])
+    ecfg = SimpleNamespace(lengths=e.get("lengths"), ratios=e.get("ratios"))
+    original = (d.get("finetune") or {}).get("original_seq_len")
+    lengths = sorted(set(eval_lengths(ecfg, t["seq_len"])) | set(eval_lengths(ecfg, original) if original else ()))
     return (tuple(sorted((k, v) for k, v in m.items() if k != "name")),
             data.get("tokenizer"), data.get("vocab_size") if data.get("tokenizer") != "byte" else None,
-            t["steps"], t["batch_size"], t["seq_len"], t.get("grad_accum", 1),
+            t["steps"], t["batch_size"], t["seq_len"], t.get("grad_accum", 1), t.get("pose_target", 0),
             tuple(lengths), tuple(e.get("modes") or ()), e.get("max_tokens"), e.get("sliding_max_tokens"),
             e.get("stride"), e.get("variants"),
             () if task.get("name", "lm") == "lm" else tuple(sorted(task.items())))
@@ -403,4 +429,46 @@ def _finished_runs(dirs: set[Path]) -> list[tuple[tuple, str, float, float, str,
                             str(meta.get("device", "?"))))
             except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
                 continue
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The fine-tuning stage (sweep.extension)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def finetune_points(sweep: SweepConfig, parents: list[Point]) -> list[Point]:
+    """The fine-tunes of the finished parents: parent × method × budget > 0, each a `pe-bench train
+    finetune.from_run=...` override list (so every launcher runs them as it runs any point)."""
+    from pe_bench.launchers import hydra_quoted
+
+    ext = sweep.extension
+    if ext is None or not parents:
+        return []
+    lists, shorts = [], []
+    for parent in parents:
+        for name, overrides in ext.methods.items():
+            for n in (n for n in ext.steps if n > 0):
+                lists.append([f"finetune.from_run={hydra_quoted(str(parent.run.path))}", *ext.overrides, *overrides,
+                              f"train.steps={n}"])
+                shorts.append(f"{parent.run.path.name} → {name}, {n} steps")
+    points = plan(lists)
+    for p, short in zip(points, shorts):
+        p.short = short
+    return points
+
+
+def baseline_configs(sweep: SweepConfig, parent: Point) -> dict[str, Config]:
+    """Budget 0 of each method: the parent's config with the evaluation of the method's fine-tunes and the method's
+    eval-time scheme options (no other variants) — what `pe-bench eval` of the parent with those options measures."""
+    from pe_bench.finetune import compose_finetune
+
+    ext = sweep.extension
+    out = {}
+    for name, overrides in (ext.methods.items() if ext else ()):
+        child = compose_finetune(parent.run.path, [*ext.overrides, *overrides, "train.steps=1"])
+        raw = OmegaConf.structured(parent.cfg)
+        raw.eval = OmegaConf.structured(child.eval)
+        raw.scheme = {**child.scheme, "eval_variants": []}
+        out[name] = validate(raw)
     return out

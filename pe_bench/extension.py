@@ -1,0 +1,124 @@
+"""Context extension with a fine-tuning budget: the table and plot of a parent's fine-tunes by method and budget.
+
+A row of the table is one method (the fine-tune's scheme label — e.g. ``rope+yarn×8`` — with PoSE's target and the
+fine-tuning length, ``rope+yarn×8 PoSE→512 @64``) at one budget of steps, for one parent configuration, averaged
+over seeds. Budget 0 is the parent itself evaluated with the method's eval-time scheme options (``rope+yarn×8``),
+so the curve starts where the eval-time table stops; ``rope @512`` at budget 0 is plain ``rope``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pe_bench.report import STATUS_CELL, Collected
+from pe_bench.runs import atomic_write_text
+
+
+def evaluate_baselines(sweep, parents: list, say: Callable[[str], None]) -> None:
+    """Budget 0 of every method: each parent evaluated with the method's eval-time options and its fine-tunes'
+    evaluation settings (rows already there are kept: nothing is evaluated twice)."""
+    from pe_bench.experiment import evaluate_run
+    from pe_bench.runs import RunBusy
+    from pe_bench.sweep import baseline_configs
+
+    for parent in parents:
+        seen = set()
+        for name, cfg in baseline_configs(sweep, parent).items():
+            key = (str(cfg.scheme), str(cfg.eval))
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                with parent.run.lock():
+                    rows = evaluate_run(parent.run, cfg, only_missing=True, trained=parent.cfg, progress=False)
+            except RunBusy:
+                say(f"{parent.run.path.name} is busy: budget 0 of {name} is not evaluated now")
+                continue
+            if rows:
+                say(f"{parent.run.path.name}: evaluated {rows[0]['scheme']} (budget 0 of {name})")
+
+
+def extension_table(col: Collected, mode: str = "nonoverlapping", split: str = "validation") -> pd.DataFrame:
+    """One row per (parent, method, budget of steps, scored tokens per length): mean perplexity over seeds at every
+    eval length ('± std' with several seeds; 'diverged'/'nan'/'n/a' where a seed gave no number — never averaged in; '—' not evaluated), and the
+    number of seeds. Empty without fine-tuned runs."""
+    d = col.df
+    if d.empty or "ft_parent" not in d or not (d["ft_parent"] != "").any():
+        return pd.DataFrame()
+    d = d[(d["mode"] == mode) & (d["split"] == split)]
+    fine = d[d["ft_parent"] != ""]
+    lengths = sorted(int(n) for n in d["L_eval"].unique())
+    rows = []
+    for (parent, method, budget, precision), g in fine.groupby(["ft_parent", "ft_method", "budget", "precision"],
+                                                               sort=False):
+        scheme = g["scheme"].iloc[0]
+        base = d[(d["bare"] == parent) & (d["ft_parent"] == "") & (d["scheme"] == scheme) & (d["budget"] == budget)
+                 & (d["precision"] == precision)]
+        runs = d[(d["bare"] == parent) & (d["ft_parent"] == "")]["run"]  # the parent's name without seed and hash
+        parent_label = (runs.iloc[0].rsplit("-", 2)[0] if not runs.empty
+                        else f"(parent configuration {parent} not in this report)")
+        L_ft = int(method.split(" · ")[0].rsplit("@", 1)[1])
+        configs = sorted(g.groupby("config"), key=lambda kv: int(kv[1]["ft_steps"].iloc[0]))
+        for steps, part in [(0, base)] + [(int(part["ft_steps"].iloc[0]), part) for _, part in configs]:
+            if part.empty:
+                continue
+            rows.append({"parent": parent_label, "method": method, "L_ft": L_ft, "steps": steps,
+                         "L": int(part["L_train"].iloc[0]), "tokens": budget,
+                         **{str(n): _cell(part[part["L_eval"] == n]) for n in lengths},
+                         "seeds": int(part["seed"].nunique())})
+    return pd.DataFrame(rows)
+
+
+def _cell(c: pd.DataFrame) -> str | float:
+    if c.empty:
+        return "—"
+    for status, word in STATUS_CELL.items():
+        if (c["status"] == status).any():
+            return word
+    v = c["ppl"].to_numpy(float)
+    return round(float(v.mean()), 3) if len(v) == 1 else f"{v.mean():.3f} ± {v.std(ddof=1):.3f}"
+
+
+def write_extension(col: Collected, out: Path, title: str = "", split: str = "validation",
+                    plots: bool = True) -> list[Path]:
+    """extension.csv, extension.md and ppl_vs_finetune_steps.png (non-overlapping blocks); nothing without
+    fine-tuned runs."""
+    t = extension_table(col, "nonoverlapping", split)
+    if t.empty:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "extension.csv", out / "extension.md"]
+    atomic_write_text(paths[0], t.to_csv(index=False))
+    header = list(t.columns)
+    lines = [f"# {title}\n" if title else "",
+             f"## Perplexity after fine-tuning, by method and budget (non-overlapping blocks, {split} split; columns: "
+             "eval length in tokens; steps 0 = the parent evaluated with the method's eval-time options)\n",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in t.itertuples(index=False)]
+    atomic_write_text(paths[1], "\n".join(x for x in lines if x) + "\n")
+    if plots:
+        from pe_bench.plots import plot_extension
+
+        p = plot_extension(t, out / "ppl_vs_finetune_steps.png", title)
+        if p is not None:
+            paths.append(p)
+    return paths
+
+
+def curve(t: pd.DataFrame, method: str, length: int, parent: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, perplexity) of one method at one eval length: the finite single numbers of the table (a cell with
+    '± std' is its mean)."""
+    r = t[(t["method"] == method) & ((t["parent"] == parent) if parent is not None else True)]
+    xs, ys = [], []
+    for steps, v in zip(r["steps"], r[str(length)]):
+        try:
+            y = float(str(v).split(" ± ")[0])
+        except ValueError:
+            continue
+        xs.append(int(steps))
+        ys.append(y)
+    return np.array(xs), np.array(ys)
