@@ -342,6 +342,14 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
     results = _run_stage(points, sw, sw.name, run_with, dry_run)
+    if dry_run and sw.extension is not None:  # the fine-tunes of the parents that are finished already
+        from pe_bench.sweep import finetune_points
+
+        children = finetune_points(sw, [p for p in points if p.state == "done"])
+        if children:
+            _run_stage(children, sw, f"{sw.name}: fine-tuning", run_with, dry_run)
+        if len(children) < len(points) * sum(n > 0 for n in sw.extension.steps) * len(sw.extension.methods):
+            say("the fine-tunes of unfinished parents are planned once their parents are done")
     if results is None:  # a dry run, or handed to a scheduler: the next `pe-bench sweep` (or `pe-bench report`) goes on
         return
     if sw.extension is not None:  # the fine-tuning stage, from the parents that are finished

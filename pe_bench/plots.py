@@ -525,6 +525,7 @@ def plot_extension(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
     """Perplexity vs fine-tuning steps (symlog x: 0 = the parent, eval-time only), one line per method: at the
     parent's longest length (8L with the default ratios) and at L, a pair of panels per parent."""
     import matplotlib.pyplot as plt
+    import matplotlib.ticker as mt
 
     from pe_bench.extension import curve
 
@@ -543,6 +544,9 @@ def plot_extension(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
                 if len(xs):
                     ax.plot(xs, ys, marker="osD^v<>ph"[i % 9], label=method)
             ax.set_xscale("symlog", linthresh=10)
+            ax.set_yscale("log")  # eval-time PI starts ~10× above the rest
+            ax.yaxis.set_major_formatter(mt.FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(mt.FormatStrFormatter("%g"))
             steps = sorted(set(int(s) for s in tp["steps"]))
             ax.set_xticks(steps)
             ax.set_xticklabels([str(s) for s in steps])
