@@ -1,0 +1,331 @@
+"""pe-bench's speed and memory, measured side by side in one run, with the targets of issue 13 beside each ratio.
+
+1. pe-bench's training step (scheme=nope) against a minimal nanoGPT-style loop written below: same model size,
+   data, batch, device and optimizer; interleaved rounds, the median over rounds of the per-round tokens/s ratio
+   (target >= 1.0).
+2. Every scheme's training step time / NoPE's (targets: <= 1.10 for sinusoidal, learned, rope, alibi, t5, kerple,
+   sandwich; <= 1.25 for fire, conv, xpos, hybrid; <= 2 for shaw, xl, cope).
+3. Evaluation at 8L — the tiny model at 8 × 64 tokens, and a 4-layer, d=256, 8-head model at 2048 tokens: forward
+   time / NoPE's (interleaved rounds; target <= 2, <= 1.2 for the bias schemes) and peak memory / NoPE's (target
+   <= 1.5). Peak memory is measured for each scheme in a fresh process: the largest resident set seen (sampled every
+   0.2 ms while the forward runs, with glibc returning every allocation of 64 KiB or more to the OS) above the resident
+   set just before it.
+4. On CUDA (not measured on a CPU): tokens/s and MFU, FlexAttention against flash causal and SDPA with a mask.
+
+Writes results/benchmarks/<device>-<date>.csv and .md and prints the table. Usage:
+
+    python scripts/bench.py                        # CPU: ~10 min on 2 cores
+    python scripts/bench.py --device cuda --big-batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pe_bench import schemes  # noqa: E402
+from pe_bench.build import build_model  # noqa: E402
+from pe_bench.config import compose, scheme_spec, with_options  # noqa: E402
+from pe_bench.schemes import LengthNotSupported  # noqa: E402
+from pe_bench.train import loss_of, make_optimizer  # noqa: E402
+
+TRAIN_TARGETS = {**dict.fromkeys(("sinusoidal", "learned", "rope", "alibi", "t5", "kerple_log", "kerple_power",
+                                  "sandwich"), 1.10),
+                 **dict.fromkeys(("fire", "conv", "xpos", "hybrid"), 1.25), **dict.fromkeys(("shaw", "xl", "cope"), 2.0)}
+BIAS_SCHEMES = ("alibi", "t5", "kerple_log", "kerple_power", "sandwich", "fire", "hybrid")
+EVAL_TIME_TARGET, EVAL_BIAS_TIME_TARGET, MEMORY_TARGET = 2.0, 1.2, 1.5
+VOCAB = 256
+MMAP_THRESHOLD = 65536  # bytes: larger allocations are mmapped and given back when freed, so RSS tracks live memory
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The reference: a minimal nanoGPT-style decoder (no positional encoding, as NoPE) and its training step
+# ---------------------------------------------------------------------------------------------------------------
+class RefBlock(nn.Module):
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.fc, self.out = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.attn(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class RefGPT(nn.Module):
+    def __init__(self, layers: int, d: int, h: int) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, d)
+        self.blocks = nn.ModuleList(RefBlock(d, h) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, VOCAB, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x))
+
+
+def ref_optimizer(model: nn.Module, lr: float, wd: float) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": wd}, {"params": rest, "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------------------------------
+def model_for(name: str, model: str, seq_len: int, dev: torch.device, overrides: tuple[str, ...] = (),
+              length: int | None = None):
+    """(model, cfg) of a scheme; a scheme that refuses ``length`` is built with its first eval variant (learned:
+    clamp), as the evaluator reports such lengths."""
+    preset, *more = model.split(",")  # "tiny" or "tiny,model.d_model=256,model.n_heads=8"
+    cfg = compose([f"scheme={name}", f"model={preset}", *more, f"train.seq_len={seq_len}", *overrides])
+    spec = scheme_spec(cfg.scheme)
+    torch.manual_seed(0)
+    m = build_model(cfg, VOCAB, spec).to(dev)
+    if length:
+        try:
+            with torch.no_grad():
+                m(torch.zeros(1, length, dtype=torch.long, device=dev))
+        except LengthNotSupported:
+            m = build_model(cfg, VOCAB, with_options(spec, spec.eval_variants[0])).to(dev)
+    return m, cfg
+
+
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, dev: torch.device, n: int) -> float:
+    sync(dev)
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync(dev)
+    return (time.perf_counter() - t) / n
+
+
+def train_step_fn(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor, ctx, pe_bench: bool):
+    def step() -> None:
+        with ctx:
+            logits = model(x)
+        loss = loss_of(logits, y, None) if pe_bench else F.cross_entropy(logits.float().view(-1, VOCAB), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_memory_child(name: str, model: str, seq_len: int, length: int, batch: int, device: str) -> None:
+    """In a fresh process: the forward's peak memory above what was resident just before it (bytes, printed)."""
+    dev = torch.device(device)
+    m, _ = model_for(name, model, seq_len, dev, length=length)
+    m.eval()
+    x = torch.randint(0, VOCAB, (batch, length), device=dev)
+    with torch.inference_mode():
+        m(x)  # warm-up: workspaces, lazy buffers
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            m(x)
+            torch.cuda.synchronize()
+            print(json.dumps({"peak": torch.cuda.max_memory_allocated() - base}))
+            return
+        base, peak, done = rss_bytes(), [0], threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], rss_bytes())
+                time.sleep(0.0002)
+
+        t = threading.Thread(target=poll, daemon=True)
+        t.start()
+        m(x)
+        done.set()
+        t.join()
+        peak[0] = max(peak[0], rss_bytes())
+    print(json.dumps({"peak": peak[0] - base}))
+
+
+def peak_memory(name: str, model: str, seq_len: int, length: int, batch: int, device: str) -> int:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": "0"}
+    out = subprocess.run([sys.executable, __file__, "--memory-child", name, model, str(seq_len), str(length),
+                          str(batch), device], capture_output=True, text=True, env=env, check=True)
+    return int(json.loads(out.stdout.strip().splitlines()[-1])["peak"])
+
+
+def verdict(ratio: float, target: float | None) -> str:
+    return "" if target is None else ("ok" if ratio <= target else "MISS")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=3, help="training steps per scheme per round")
+    ap.add_argument("--big-batch", type=int, default=1, help="batch of the d=256, T=2048 evaluation (issue: 8; "
+                    "CPU default 1: CoPE's explicit terms at batch 8 need more memory than this machine has)")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks")
+    ap.add_argument("--memory-child", nargs=6, metavar=("SCHEME", "MODEL", "L", "T", "B", "DEVICE"),
+                    help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_child:
+        n, mdl, L, T, B, d = args.memory_child
+        peak_memory_child(n, mdl, int(L), int(T), int(B), d)
+        return
+    dev = torch.device(args.device)
+    bf16 = dev.type == "cuda"
+    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False)
+    names = schemes.available()
+    L, B = 64, 32
+    t0 = time.perf_counter()
+    rows: list[dict] = []
+
+    # 1. pe-bench's training step vs the reference loop (NoPE, the tiny model: 4 layers, d=128, 4 heads)
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(0, VOCAB, (B, L + 1), generator=g).to(dev)
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    ours, cfg = model_for("nope", "tiny", L, dev)
+    ref = RefGPT(cfg.model.n_layers, cfg.model.d_model, cfg.model.n_heads).to(dev)
+    steps = {"pe-bench": train_step_fn(ours, make_optimizer(ours, cfg.train, dev), x, y, ctx, True),
+             "reference": train_step_fn(ref, ref_optimizer(ref, cfg.train.lr, cfg.train.weight_decay), x, y, ctx,
+                                        False)}
+    for fn in steps.values():
+        timed(fn, dev, 2)
+    per_round = {k: [] for k in steps}
+    for _ in range(args.rounds):
+        for k, fn in steps.items():
+            per_round[k].append(timed(fn, dev, args.steps))
+    ratio = statistics.median(b / a for a, b in zip(per_round["pe-bench"], per_round["reference"]))
+    rows.append({"section": "1 train step vs reference", "scheme": "nope", "shape": f"tiny L={L} B={B}",
+                 "tokens_per_s": round(B * L / statistics.median(per_round["pe-bench"])),
+                 "ratio": round(ratio, 3), "what": "tokens/s ÷ reference's (higher is better)", "target": ">= 1.0",
+                 "verdict": "ok" if ratio >= 1.0 else "MISS",
+                 "note": f"reference {B * L / statistics.median(per_round['reference']):,.0f} tok/s"})
+    print(f"[1] pe-bench train step {ratio:.3f}× the reference's tokens/s", flush=True)
+
+    # 2. every scheme's training step ÷ NoPE's
+    setups = {}
+    for n in names:
+        m, c = model_for(n, "tiny", L, dev)
+        setups[n] = train_step_fn(m, make_optimizer(m, c.train, dev), x, y, ctx, True)
+        timed(setups[n], dev, 1)
+    times = {n: [] for n in names}
+    for _ in range(args.rounds):
+        for n in names:
+            times[n].append(timed(setups[n], dev, args.steps))
+    for n in names:
+        r = statistics.median(a / b for a, b in zip(times[n], times["nope"]))
+        rows.append({"section": "2 train step", "scheme": n, "shape": f"tiny L={L} B={B}",
+                     "tokens_per_s": round(B * L / statistics.median(times[n])), "ratio": round(r, 3),
+                     "what": "step time ÷ nope's", "target": TRAIN_TARGETS.get(n, ""),
+                     "verdict": verdict(r, TRAIN_TARGETS.get(n)), "note": ""})
+    print("[2] train steps measured", flush=True)
+    del setups
+
+    # 3. evaluation at 8L: time (interleaved, in this process) and peak memory (a fresh process per scheme)
+    for label, mdl, trained, length, batch in (("tiny", "tiny", L, 8 * L, 4),
+                                               ("d256", "tiny,model.d_model=256,model.n_heads=8", 256, 2048,
+                                                args.big_batch)):
+        xe = torch.randint(0, VOCAB, (batch, length), generator=g).to(dev)
+        models = {n: model_for(n, mdl, trained, dev, (), length)[0].eval() for n in names}
+
+        def forward(n: str):
+            def f() -> None:
+                with torch.inference_mode(), ctx:
+                    models[n](xe)
+            return f
+
+        for n in names:
+            timed(forward(n), dev, 1)
+        et = {n: [] for n in names}
+        for _ in range(max(2, args.rounds - 2) if label == "d256" else args.rounds):
+            for n in names:
+                et[n].append(timed(forward(n), dev, 1))
+        del models
+        shape = f"{label} T={length} B={batch}"
+        peaks = {n: peak_memory(n, mdl, trained, length, batch, args.device) for n in names}
+        for n in names:
+            r = statistics.median(a / b for a, b in zip(et[n], et["nope"]))
+            mr = peaks[n] / max(peaks["nope"], 1)
+            time_target = EVAL_BIAS_TIME_TARGET if n in BIAS_SCHEMES else EVAL_TIME_TARGET
+            rows.append({"section": "3 eval time", "scheme": n, "shape": shape,
+                         "tokens_per_s": round(xe.numel() / statistics.median(et[n])), "ratio": round(r, 3),
+                         "what": "forward time ÷ nope's", "target": time_target, "verdict": verdict(r, time_target),
+                         "note": ""})
+            rows.append({"section": "3 eval memory", "scheme": n, "shape": shape, "tokens_per_s": "",
+                         "ratio": round(mr, 3), "what": "peak memory ÷ nope's", "target": MEMORY_TARGET,
+                         "verdict": verdict(mr, MEMORY_TARGET), "note": f"{peaks[n] / 2**20:,.0f} MiB"})
+        print(f"[3] evaluation at {shape} measured", flush=True)
+    if dev.type != "cuda":
+        rows.append({"section": "4 cuda", "scheme": "", "shape": "", "tokens_per_s": "", "ratio": "", "what": "",
+                     "target": "", "verdict": "", "note": "not measured: needs a CUDA device"})
+    write(rows, args, dev, time.perf_counter() - t0)
+
+
+def write(rows: list[dict], args, dev: torch.device, seconds: float) -> None:
+    import csv
+
+    device = torch.cuda.get_device_name(dev).replace(" ", "-") if dev.type == "cuda" else "cpu"
+    stamp = time.strftime("%Y-%m-%d")
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = args.out / f"{device}-{stamp}"
+    cols = ["section", "scheme", "shape", "tokens_per_s", "ratio", "what", "target", "verdict", "note"]
+    with open(f"{base}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    head = (f"device {device if dev.type == 'cuda' else 'cpu (' + torch.backends.cpu.get_cpu_capability() + ')'}, "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds, "
+            f"`python scripts/bench.py {' '.join(sys.argv[1:])}`".rstrip() + f", {seconds:.0f} s")
+    misses = [r for r in rows if r["verdict"] == "MISS"]
+    lines = [f"# pe-bench benchmark, {stamp}", "", head, "",
+             f"{len(misses)} of {sum(bool(r['verdict']) for r in rows)} targets missed.", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    Path(f"{base}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[2:]))
+    print(f"wrote {base}.csv and {base}.md")
+
+
+if __name__ == "__main__":
+    main()
