@@ -13,8 +13,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 def causal_bias_mask(bias: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """bias: (H, Tq, Tk) -> (1, H, Tq, Tk) additive mask: the bias where k_pos <= q_pos, −inf elsewhere.
-    Built once per forward pass and shared by every layer; broadcast over the batch, never expanded."""
+    Built once per forward pass and shared by every layer; broadcast over the batch, never expanded. A bias outside
+    autograd is masked in place (``score_bias`` returns a tensor of its own), so the mask costs one (H, T, T)
+    tensor, not two."""
     future = k_pos[None, :] > q_pos[:, None]
+    if not bias.requires_grad and bias.is_contiguous() and bias._base is None:
+        return bias.masked_fill_(future[None], float("-inf"))[None]
     return bias.masked_fill(future[None], float("-inf"))[None]
 
 

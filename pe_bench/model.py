@@ -112,6 +112,7 @@ class Decoder(nn.Module):
         self.ln_f = nn.LayerNorm(args.d_model)
         self.lm_head = nn.Linear(args.d_model, args.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight
+        self._mask_cache: tuple | None = None  # (key, mask) of the last bias mask built outside autograd
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -128,16 +129,33 @@ class Decoder(nn.Module):
         """idx: (B, T) token ids; positions: (T,) defaults to 0..T-1. -> logits (B, T, V). ``probe(layer, probs)``
         sees every layer's attention weights (B, H, T, T) (pe_bench.analyze)."""
         T = idx.shape[1]
+        default_positions = positions is None
         if positions is None:
             positions = torch.arange(T, device=idx.device)
         x = self.drop(self.scheme.embed(self.tok_emb(idx), positions))
         mask = None
         for layer, block in enumerate(self.blocks):
             if layer == 0 or self.scheme.bias_per_layer:  # one bias per forward unless the scheme is per-layer
-                bias = self.scheme.score_bias(positions, positions, layer)
-                mask = None if bias is None else causal_bias_mask(bias, positions, positions)
+                mask = self._bias_mask(positions, layer, default_positions)
             x = block(x, self.scheme, positions, mask, layer, probe)
         return self.lm_head(self.ln_f(x))
+
+    def _bias_mask(self, positions: torch.Tensor, layer: int, default_positions: bool) -> torch.Tensor | None:
+        """The scheme's score bias as an additive causal mask (1, H, T, T), or None. Outside autograd a mask that
+        cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's parameters and buffers as
+        they are (same tensors, same version counters: an optimizer step or a loaded state changes them) — is kept
+        and reused by the next forward pass: the evaluator's many windows of one length build it once."""
+        key = None
+        if default_positions and not self.scheme.bias_per_layer and not torch.is_grad_enabled():
+            state = [*self.scheme.parameters(), *self.scheme.buffers()]
+            key = (positions.shape[0], positions.device, tuple((t.data_ptr(), t._version) for t in state))
+            if self._mask_cache is not None and self._mask_cache[0] == key:
+                return self._mask_cache[1]
+        bias = self.scheme.score_bias(positions, positions, layer)
+        mask = None if bias is None else causal_bias_mask(bias, positions, positions)
+        if key is not None:  # (no module state is touched under autograd: torch.compile traces that path)
+            self._mask_cache = (key, mask)
+        return mask
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -8,8 +8,8 @@
 3. Evaluation at 8L — the tiny model at 8 × 64 tokens, and a 4-layer, d=256, 8-head model at 2048 tokens: forward
    time / NoPE's (interleaved rounds; target <= 2, <= 1.2 for the bias schemes) and peak memory / NoPE's (target
    <= 1.5). Peak memory is measured for each scheme in a fresh process: the largest resident set seen (sampled every
-   0.2 ms while the forward runs, with glibc returning every allocation of 64 KiB or more to the OS) above the resident
-   set just before it.
+   0.2 ms while its first forward runs, with glibc returning every allocation of 64 KiB or more to the OS) above the
+   resident set just before it — what a mask kept for the next forward costs is in it.
 4. On CUDA (not measured on a CPU): tokens/s and MFU, FlexAttention against flash causal and SDPA with a mask.
 
 Writes results/benchmarks/<device>-<date>.csv and .md and prints the table. Usage:
@@ -157,8 +157,7 @@ def peak_memory_child(name: str, model: str, seq_len: int, length: int, batch: i
     m, _ = model_for(name, model, seq_len, dev, length=length)
     m.eval()
     x = torch.randint(0, VOCAB, (batch, length), device=dev)
-    with torch.inference_mode():
-        m(x)  # warm-up: workspaces, lazy buffers
+    with torch.inference_mode():  # the first forward: what is built once and kept (a bias mask) counts too
         if dev.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()

@@ -105,7 +105,8 @@ class Scheme(nn.Module):
         return q, k
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:
-        """q_pos: (Tq,), k_pos: (Tk,) -> additive logit bias (H, Tq, Tk), or None for no bias.
+        """q_pos: (Tq,), k_pos: (Tk,) -> additive logit bias (H, Tq, Tk), or None for no bias. A new tensor each call
+        (never one the scheme keeps): outside autograd the model masks it in place.
 
         Only entries with k_pos <= q_pos are used (the model applies the causal mask). ``layer`` matters only
         when ``bias_per_layer`` is set; otherwise the model calls this once per forward pass."""

@@ -1,0 +1,65 @@
+"""The bias mask outside autograd: masked in place and reused across forward passes, never stale."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pe_bench import schemes
+from pe_bench.attention import causal_bias_mask
+from pe_bench.build import build_model
+from pe_bench.config import compose
+
+BIAS_SCHEMES = [n for n in schemes.available() if n in ("alibi", "t5", "sandwich", "hybrid", "kerple_log", "fire")]
+
+
+def _model(name: str, *more: str):
+    cfg = compose([f"scheme={name}", "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "train.seq_len=16",
+                   *more])
+    torch.manual_seed(0)
+    return build_model(cfg, 256)
+
+
+@pytest.mark.parametrize("name", BIAS_SCHEMES)
+def test_a_reused_mask_gives_the_logits_of_a_fresh_one(name):
+    model = _model(name).eval()
+    fresh = _model(name).eval()
+    x = torch.randint(0, 256, (2, 48))
+    with torch.inference_mode():
+        first, again = model(x), model(x)
+        model._mask_cache = None
+        assert torch.equal(first, again) and torch.equal(again, model(x)) and torch.equal(first, fresh(x))
+
+
+@pytest.mark.parametrize("name, extra", [("t5", ()), ("alibi", ("scheme.learned_slopes=true",))])
+def test_the_mask_is_rebuilt_when_the_scheme_changes(name, extra):
+    """An optimizer step (or a loaded state) between two evaluations changes the bias: the kept mask is not used."""
+    model = _model(name, *extra)
+    x = torch.randint(0, 256, (1, 32))
+    with torch.no_grad():
+        before = model(x)
+        opt = torch.optim.SGD(model.scheme.parameters(), lr=1.0)
+        with torch.enable_grad():
+            model(x).float().pow(2).mean().backward()
+        opt.step()
+        after = model(x)
+        model._mask_cache = None
+        assert torch.equal(after, model(x)) and not torch.equal(before, after)
+        other = _model(name, *extra)
+        other.load_state_dict(model.state_dict())
+        other(x)  # its own cache, then a state loaded into it
+        other.load_state_dict(_model(name, *extra).state_dict())
+        other_cache_free = _model(name, *extra)
+        assert torch.equal(other(x), other_cache_free(x))
+
+
+def test_masking_in_place_only_outside_autograd():
+    q = torch.arange(4)
+    bias = torch.zeros(1, 4, 4, requires_grad=True)
+    masked = causal_bias_mask(bias * 1, q, q)
+    assert masked.requires_grad and torch.isinf(masked[0, 0, 0, 1])
+    plain = torch.zeros(1, 4, 4)
+    out = causal_bias_mask(plain, q, q)
+    assert out.data_ptr() == plain.data_ptr() and torch.isinf(plain[0, 0, 1])  # in place: one tensor, not two
+    view = torch.zeros(4, 4).expand(1, 4, 4)
+    assert causal_bias_mask(view, q, q).data_ptr() != view.data_ptr()  # a view is never written through
