@@ -1,5 +1,6 @@
 """Causal attention: SDPA ``is_causal`` when the scheme adds no bias (flash kernels), SDPA with an additive float mask
-when it adds a bias, and an explicit softmax(q·k/√d + terms + mask) when its logits depend on q or k."""
+when it adds a bias (outside autograd at long lengths one block of query rows at a time), and an explicit
+softmax(q·k/√d + terms + mask) when its logits depend on q or k."""
 
 from __future__ import annotations
 
@@ -20,6 +21,41 @@ def causal_bias_mask(bias: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tenso
     if not bias.requires_grad and bias.is_contiguous() and bias._base is None:
         return bias.masked_fill_(future[None], float("-inf"))[None]
     return bias.masked_fill(future[None], float("-inf"))[None]
+
+
+# Outside autograd, a bias mask larger than this is never built whole: attention goes one block of query rows at a
+# time (BiasRows), each against its causal prefix of keys (bytes; the rows per block follow from H and T).
+MASK_BUDGET = 4 * 2**20
+
+
+class BiasRows:
+    """A score bias built one block of query rows at a time: rows [i, j) against keys [0, j), the causal prefix
+    (positions increase along the sequence). ``score_bias`` is a function of each (query, key) position pair, so a
+    block's bias is the same numbers as those rows of the whole one. ``full()``: the whole mask (1, H, T, T)."""
+
+    def __init__(self, scheme, positions: torch.Tensor, layer: int, rows: int) -> None:
+        self.scheme, self.positions, self.layer, self.rows = scheme, positions, layer, max(1, rows)
+
+    def blocks(self):
+        """(i, j, mask (1, H, j − i, j)) for each block of query rows."""
+        T = self.positions.shape[0]
+        for i in range(0, T, self.rows):
+            j = min(T, i + self.rows)
+            q_pos, k_pos = self.positions[i:j], self.positions[:j]
+            yield i, j, causal_bias_mask(self.scheme.score_bias(q_pos, k_pos, self.layer), q_pos, k_pos)
+
+    def full(self) -> torch.Tensor:
+        p = self.positions
+        return causal_bias_mask(self.scheme.score_bias(p, p, self.layer), p, p)
+
+
+def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: BiasRows) -> torch.Tensor:
+    """q, k, v: (B, H, T, D) -> (B, H, T, D): :func:`attend` one block of query rows at a time (BiasRows), so that
+    the mask of one block, not of all T × T pairs, is in memory; it also skips every block's future keys."""
+    out = torch.empty_like(q)
+    for i, j, mask in bias.blocks():
+        out[:, :, i:j] = attend(q[:, :, i:j], k[:, :, :j], v[:, :, :j], mask)
+    return out
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

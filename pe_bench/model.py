@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pe_bench.attention import attend, attend_explicit, causal_bias_mask
+from pe_bench import attention
+from pe_bench.attention import BiasRows, attend, attend_explicit, attend_rows, causal_bias_mask
 from pe_bench.schemes import Scheme
 
 Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
@@ -62,8 +63,10 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
         q, k = scheme.rotate(q, k, positions)
         terms = scheme.score_terms(q, k, positions, layer)
+        if isinstance(mask, BiasRows) and (terms is not None or probe is not None):
+            mask = mask.full()  # explicit attention takes the whole mask
         if terms is None and probe is None:
-            y = attend(q, k, v, mask)
+            y = attend_rows(q, k, v, mask) if isinstance(mask, BiasRows) else attend(q, k, v, mask)
         else:
             y = attend_explicit(q, k, v, mask, terms, positions,
                                 lambda probs: None if terms is None else scheme.value_terms(probs, positions, layer),
@@ -140,11 +143,19 @@ class Decoder(nn.Module):
             x = block(x, self.scheme, positions, mask, layer, probe)
         return self.lm_head(self.ln_f(x))
 
-    def _bias_mask(self, positions: torch.Tensor, layer: int, default_positions: bool) -> torch.Tensor | None:
-        """The scheme's score bias as an additive causal mask (1, H, T, T), or None. Outside autograd a mask that
-        cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's parameters and buffers as
+    def _bias_mask(self, positions: torch.Tensor, layer: int,
+                   default_positions: bool) -> torch.Tensor | BiasRows | None:
+        """The scheme's score bias as an additive causal mask (1, H, T, T), or None. Outside autograd, a mask of more
+        than attention.MASK_BUDGET bytes is never built whole: attention gets BiasRows (a block of query rows at a
+        time; increasing positions). Outside autograd a smaller mask that cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's parameters and buffers as
         they are (same tensors, same version counters: an optimizer step or a loaded state changes them) — is kept
         and reused by the next forward pass: the evaluator's many windows of one length build it once."""
+        T, H = positions.shape[0], self.args.n_heads
+        if not torch.is_grad_enabled() and H * T * T * 4 > attention.MASK_BUDGET and bool(
+                (positions[1:] > positions[:-1]).all()):
+            if self.scheme.score_bias(positions[:1], positions[:1], layer) is None:
+                return None
+            return BiasRows(self.scheme, positions, layer, attention.MASK_BUDGET // (H * T * 4))
         key = None
         if default_positions and not self.scheme.bias_per_layer and not torch.is_grad_enabled():
             state = [*self.scheme.parameters(), *self.scheme.buffers()]

@@ -117,6 +117,7 @@ def model_for(name: str, model: str, seq_len: int, dev: torch.device, overrides:
                 m(torch.zeros(1, length, dtype=torch.long, device=dev))
         except LengthNotSupported:
             m = build_model(cfg, VOCAB, with_options(spec, spec.eval_variants[0])).to(dev)
+        m._mask_cache = None  # the probe's mask is not the measured forward's
     return m, cfg
 
 

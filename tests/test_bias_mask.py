@@ -63,3 +63,20 @@ def test_masking_in_place_only_outside_autograd():
     assert out.data_ptr() == plain.data_ptr() and torch.isinf(plain[0, 0, 1])  # in place: one tensor, not two
     view = torch.zeros(4, 4).expand(1, 4, 4)
     assert causal_bias_mask(view, q, q).data_ptr() != view.data_ptr()  # a view is never written through
+
+
+@pytest.mark.parametrize("name", [n for n in schemes.available()])
+def test_attention_by_blocks_of_query_rows_equals_the_whole_mask(name, monkeypatch):
+    """Outside autograd at long lengths the bias is built a block of query rows at a time (BiasRows): the logits are
+    those of the whole mask (fp32, 1e-5), for every scheme (those without a bias are untouched)."""
+    from pe_bench import attention
+
+    model = _model(name, *(["scheme.beyond_table=clamp"] if name == "learned" else [])).eval()
+    x = torch.randint(0, 256, (2, 70))
+    with torch.inference_mode():
+        monkeypatch.setattr(attention, "MASK_BUDGET", 2**40)  # the whole mask
+        whole = model(x)
+        monkeypatch.setattr(attention, "MASK_BUDGET", 2 * 70 * 4 * 9)  # blocks of 9 query rows (the last one 7)
+        model._mask_cache = None
+        blocks = model(x)
+    torch.testing.assert_close(blocks, whole, rtol=1e-5, atol=1e-5)
