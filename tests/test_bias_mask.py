@@ -80,16 +80,3 @@ def test_attention_by_blocks_of_query_rows_equals_the_whole_mask(name, monkeypat
         model._mask_cache = None
         blocks = model(x)
     torch.testing.assert_close(blocks, whole, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", ["t5", "kerple_log", "kerple_power"])
-def test_the_evaluation_bias_by_distance_table_equals_the_training_one(name):
-    """Outside autograd T5 and KERPLE compute their function once per distance and gather: the same bias."""
-    scheme = _model(name).scheme
-    q = torch.arange(5, 300)
-    k = torch.arange(0, 300)
-    with torch.no_grad():
-        fast = scheme.score_bias(q, k, 1)
-    with torch.enable_grad():
-        slow = scheme.score_bias(q, k, 1).detach()
-    torch.testing.assert_close(fast, slow, rtol=1e-6, atol=1e-6)

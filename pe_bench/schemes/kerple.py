@@ -39,13 +39,8 @@ class _Kerple(Scheme):
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
         i = layer if self.options.per_layer else 0
-        r1, r2 = self.r1[i].clamp(min=EPS)[:, None, None], self.r2[i][:, None, None]
-        distance = causal_distance(q_pos, k_pos)  # (Tq, Tk)
-        if not torch.is_grad_enabled():  # evaluation: the kernel at each distance once, then a gather
-            values = self.kernel(torch.arange(int(distance.max()) + 1, device=distance.device).float()[None, None],
-                                 r1, r2)  # (H, 1, N)
-            return values[:, 0, distance]
-        return self.kernel(distance.float()[None], r1, r2)
+        distance = causal_distance(q_pos, k_pos).float()[None]  # (1, Tq, Tk)
+        return self.kernel(distance, self.r1[i].clamp(min=EPS)[:, None, None], self.r2[i][:, None, None])
 
     def kernel(self, distance: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

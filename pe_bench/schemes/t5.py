@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
+from pe_bench.schemes.base import ModelShape, Scheme
 
 
 def t5_bucket(distance: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -51,11 +51,5 @@ class T5Bias(Scheme):
         self.scale = options.scale if options.scale is not None else math.sqrt(shape.head_dim)
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
-        o = self.options
-        if torch.is_grad_enabled():
-            buckets = t5_bucket(q_pos[:, None] - k_pos[None, :], o.num_buckets, o.max_distance)
-        else:  # evaluation: each distance's bucket once, then a gather (the same buckets, without a log per pair)
-            distance = causal_distance(q_pos, k_pos)
-            buckets = t5_bucket(torch.arange(int(distance.max()) + 1, device=distance.device), o.num_buckets,
-                                o.max_distance)[distance]
+        buckets = t5_bucket(q_pos[:, None] - k_pos[None, :], self.options.num_buckets, self.options.max_distance)
         return self.scale * self.table[:, buckets]  # (H, Tq, Tk)
