@@ -1,8 +1,8 @@
 """pe-bench's speed and memory, measured side by side in one run, with the targets of issue 13 beside each ratio.
 
 1. pe-bench's training step (scheme=nope) against a minimal nanoGPT-style loop written below: same model size,
-   data, batch, device and optimizer; interleaved rounds, the median over rounds of the per-round tokens/s ratio
-   (target >= 1.0).
+   data, batch, device and optimizer; interleaved rounds (the order rotated and reversed from round to round), the
+   median over rounds of the per-round tokens/s ratio (target >= 1.0).
 2. Every scheme's training step time / NoPE's (targets: <= 1.10 for sinusoidal, learned, rope, alibi, t5, kerple,
    sandwich; <= 1.25 for fire, conv, xpos, hybrid; <= 2 for shaw, xl, cope).
 3. Evaluation at 8L — the tiny model at 8 × 64 tokens, and a 4-layer, d=256, 8-head model at 2048 tokens: forward
@@ -147,6 +147,13 @@ def train_step_fn(model: nn.Module, opt, x: torch.Tensor, y: torch.Tensor, ctx, 
     return step
 
 
+def in_turn(names: list[str], r: int) -> list[str]:
+    """Round r's order: rotated by r and reversed every other round, so that no one is always measured first or
+    right after the same neighbour (the order alone moved a ratio by ~5 % here)."""
+    order = names[r % len(names):] + names[: r % len(names)]
+    return order[::-1] if r % 2 else order
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -232,9 +239,9 @@ def main() -> None:
     for fn in steps.values():
         timed(fn, dev, 2)
     per_round = {k: [] for k in steps}
-    for _ in range(args.rounds):
-        for k, fn in steps.items():
-            per_round[k].append(timed(fn, dev, args.steps))
+    for r in range(args.rounds):
+        for k in in_turn(list(steps), r):
+            per_round[k].append(timed(steps[k], dev, args.steps))
     ratio = statistics.median(b / a for a, b in zip(per_round["pe-bench"], per_round["reference"]))
     rows.append({"section": "1 train step vs reference", "scheme": "nope", "shape": f"tiny L={L} B={B}",
                  "tokens_per_s": round(B * L / statistics.median(per_round["pe-bench"])),
@@ -250,8 +257,8 @@ def main() -> None:
         setups[n] = train_step_fn(m, make_optimizer(m, c.train, dev), x, y, ctx, True)
         timed(setups[n], dev, 1)
     times = {n: [] for n in names}
-    for _ in range(args.rounds):
-        for n in names:
+    for r in range(args.rounds):
+        for n in in_turn(names, r):
             times[n].append(timed(setups[n], dev, args.steps))
     for n in names:
         r = statistics.median(a / b for a, b in zip(times[n], times["nope"]))
@@ -278,8 +285,8 @@ def main() -> None:
         for n in names:
             timed(forward(n), dev, 1)
         et = {n: [] for n in names}
-        for _ in range(max(2, args.rounds - 2) if label == "d256" else args.rounds):
-            for n in names:
+        for r in range(max(2, args.rounds - 2) if label == "d256" else args.rounds):
+            for n in in_turn(names, r):
                 et[n].append(timed(forward(n), dev, 1))
         del models
         shape = f"{label} T={length} B={batch}"
