@@ -181,8 +181,8 @@ def finetune(run_dir: Path = typer.Argument(..., help="The parent: a finished ru
                                            "directory, then exit; runs nothing.")) -> None:
     """Fine-tune a finished run from its final weights, e.g. at 8L with YaRN: `pe-bench finetune RUN_DIR
     train.seq_len=512 train.steps=200 scheme.scaling.type=yarn scheme.scaling.factor=8`, or with PoSE at the
-    parent's L: `train.seq_len=64 train.batch_size=32 train.pose_target=512`. The recipe is train=finetune (8 × 64
-    tokens, 100 steps, lr 5e-4) unless overridden; the new run lies beside its parent, named after it, and is
+    parent's L: `train.seq_len=64 train.batch_size=32 train.pose_target=512`. The recipe is train=finetune (4 × 512
+    tokens per step, 100 steps, lr 5e-4) unless overridden; the new run lies beside its parent, named after it, and is
     evaluated at the ratios × its parent's L and × its own (`pe-bench train finetune.from_run=RUN_DIR ...` is the
     same)."""
     from pe_bench.launchers import hydra_quoted
