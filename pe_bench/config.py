@@ -253,6 +253,16 @@ def scheme_spec(scheme_cfg: dict[str, Any]) -> SchemeSpec:
     return SchemeSpec(cls, options, [dict(v) for v in variants])
 
 
+def fixed_option_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], str]:
+    """The options of a trained run's scheme (``old``, its saved scheme config) that ``new`` changes although the
+    weights fix them (not in the scheme's ``eval_options``), and the options that may change, as text."""
+    cls = scheme_spec(old).cls
+    allowed = ", ".join(f"scheme.{k}.*" if isinstance(old.get(k), dict) else f"scheme.{k}"
+                        for k in cls.eval_options) or "none"
+    changed = sorted(k for k in set(old) | set(new) if k not in ("eval_variants", "name") and old.get(k) != new.get(k))
+    return [k for k in changed if k not in cls.eval_options], allowed
+
+
 def _check_scheme_name(name: Any) -> None:
     if name not in schemes.available():
         raise ConfigError(f"unknown scheme {name!r}; choose one of: {', '.join(schemes.available())} "

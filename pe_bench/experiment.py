@@ -9,7 +9,7 @@ from contextlib import ExitStack
 
 import torch
 
-from pe_bench.config import Config, ConfigError, scheme_spec, with_options
+from pe_bench.config import Config, ConfigError, fixed_option_changes, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_tokens
 from pe_bench.device import resolve_device, use_bf16
 from pe_bench.distributed import StopRequested, any_across, barrier, shutdown, world_from_env
@@ -26,11 +26,6 @@ from pe_bench.tasks import TaskData, load_task_data
 from pe_bench.train import Diverged, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
-
-
-def is_done(run: Run) -> bool:
-    """Finished: never trained again (even if its checkpoint was deleted to save space)."""
-    return run.is_done()
 
 
 def load_data(cfg: Config) -> TokenizedCorpus | TaskData:
@@ -65,7 +60,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                 run.path.mkdir(parents=True, exist_ok=True)
                 try:
                     held.enter_context(run.lock())
-                    done = is_done(run)
+                    done = run.is_done()
                 except (RunBusy, RunFileError) as e:
                     refusal = e
             if any_across(world, refusal is not None, device):
@@ -158,15 +153,11 @@ def check_same_run(run: Run, cfg: Config) -> None:
 def check_eval_overrides(saved: Config, cfg: Config) -> None:
     """``pe-bench eval`` may change eval.* and the scheme's eval-time options, never the trained model."""
     old, new = dict(saved.scheme), dict(cfg.scheme)
-    cls = scheme_spec(saved.scheme).cls
-    allowed = ", ".join(f"scheme.{k}.*" if isinstance(old.get(k), dict) else f"scheme.{k}"
-                        for k in cls.eval_options) or "none"
+    bad, allowed = fixed_option_changes(old, new)
     if new.get("name") != old.get("name"):
         raise ConfigError(f"scheme={new.get('name')}: this run was trained with {old.get('name')}, and pe-bench eval "
                           f"evaluates a run as what it is; eval-time options of {old.get('name')}: {allowed}; train "
                           f"a {new.get('name')} run with `pe-bench train scheme={new.get('name')}`")
-    changed = sorted(k for k in set(old) | set(new) if k not in ("eval_variants", "name") and old.get(k) != new.get(k))
-    bad = [k for k in changed if k not in cls.eval_options]
     if bad:
         raise ConfigError(f"scheme.{bad[0]} is fixed at training for {old['name']} (the checkpoint was trained with "
                           f"{old.get(bad[0])!r}); eval-time options of {old['name']}: {allowed}")

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
-from pe_bench.config import Config, ConfigError, apply_overrides, check_override_words, scheme_spec, validate
+from pe_bench.config import (Config, ConfigError, apply_overrides, check_override_words, fixed_option_changes,
+                             validate)
 from pe_bench.runs import Run, RunFileError, digest, identity
 
 if TYPE_CHECKING:
@@ -101,14 +102,11 @@ def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = 
 
 def _check_scheme_options(parent: Config, cfg: Config) -> None:
     """Only the scheme's eval-time options may differ from the parent's: the others define what its weights mean."""
-    cls = scheme_spec(parent.scheme).cls
-    old, new = dict(parent.scheme), dict(cfg.scheme)
-    changed = sorted(k for k in set(old) | set(new) if k not in ("name", "eval_variants") and old.get(k) != new.get(k))
-    fixed = [k for k in changed if k not in cls.eval_options]
+    old = dict(parent.scheme)
+    fixed, allowed = fixed_option_changes(old, dict(cfg.scheme))
     if fixed:
-        allowed = ", ".join(f"scheme.{k}" for k in cls.eval_options) or "none"
-        raise ConfigError(f"scheme.{fixed[0]} is fixed by the parent's weights for {cls.name} (trained with "
-                          f"{old.get(fixed[0])!r}); options a fine-tune of {cls.name} may change: {allowed}")
+        raise ConfigError(f"scheme.{fixed[0]} is fixed by the parent's weights for {old['name']} (trained with "
+                          f"{old.get(fixed[0])!r}); options a fine-tune of {old['name']} may change: {allowed}")
 
 
 def load_parent(model: Decoder, cfg: Config, device: torch.device, corpus=None) -> int:

@@ -270,12 +270,11 @@ def absolute(cfg: Config) -> Config:
 
 def wait_slurm(points: list[Point], array_id: str, poll_s: float, say: Say) -> None:
     """Until Slurm holds no task of the array; prints the counts when they change."""
-    from pe_bench.experiment import is_done
 
     last, last_left = None, -1
     while True:
         left = squeue_tasks(array_id)
-        done = sum(is_done(p.run) for p in points)
+        done = sum(p.run.is_done() for p in points)
         failed = sum(p.run.status == "failed" for p in points)
         now = (left, done, failed)
         if now != last:

@@ -145,19 +145,22 @@ class Decoder(nn.Module):
 
     def _bias_mask(self, positions: torch.Tensor, layer: int,
                    default_positions: bool) -> torch.Tensor | BiasRows | None:
-        """The scheme's score bias as an additive causal mask (1, H, T, T), or None. Outside autograd, a mask of more
-        than attention.MASK_BUDGET bytes is never built whole: attention gets BiasRows (a block of query rows at a
-        time; increasing positions). Outside autograd a smaller mask that cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's parameters and buffers as
-        they are (same tensors, same version counters: an optimizer step or a loaded state changes them) — is kept
-        and reused by the next forward pass: the evaluator's many windows of one length build it once."""
+        """The scheme's score bias as an additive causal mask (1, H, T, T), or None. Outside autograd:
+        - a mask of more than attention.MASK_BUDGET bytes is never built whole: attention gets BiasRows (a block of
+          query rows at a time; positions must increase);
+        - a smaller one that cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's
+          parameters and buffers as they are (same tensors, same version counters: an optimizer step or a loaded
+          state changes them) — is kept for the next forward pass: the evaluator's windows of one length build it
+          once."""
         T, H = positions.shape[0], self.args.n_heads
-        if not torch.is_grad_enabled() and H * T * T * 4 > attention.MASK_BUDGET and bool(
-                (positions[1:] > positions[:-1]).all()):
+        outside = not torch.is_grad_enabled()
+        if outside and H * T * T * 4 > attention.MASK_BUDGET and (
+                default_positions or bool((positions[1:] > positions[:-1]).all())):
             if self.scheme.score_bias(positions[:1], positions[:1], layer) is None:
                 return None
             return BiasRows(self.scheme, positions, layer, attention.MASK_BUDGET // (H * T * 4))
         key = None
-        if default_positions and not self.scheme.bias_per_layer and not torch.is_grad_enabled():
+        if outside and default_positions and not self.scheme.bias_per_layer:
             state = [*self.scheme.parameters(), *self.scheme.buffers()]
             key = (positions.shape[0], positions.device, tuple((t.data_ptr(), t._version) for t in state))
             if self._mask_cache is not None and self._mask_cache[0] == key:

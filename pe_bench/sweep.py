@@ -267,8 +267,6 @@ def slurm_job_alive(job: str) -> bool:
 def inspect(point: Point) -> Point:
     """Set the point's state: done (skip), queued (held by a Slurm job), running (locked by another process),
     resume (checkpoint at step k), retry (failed before), new."""
-    from pe_bench.experiment import is_done
-
     from pe_bench.runs import RunFileError
 
     run = point.run
@@ -285,7 +283,7 @@ def inspect(point: Point) -> Point:
         point.state = "diverged"
         point.detail = (f"diverged at step {meta.get('diverged_step')} before: not retried (the same config "
                         "diverges again; change train.lr, or delete the run directory to retry)")
-    elif is_done(run):
+    elif run.is_done():
         point.state, point.detail = "done", "finished: skipped"
     elif job and slurm_job_alive(job):  # queued, running, or requeued after its time limit
         point.state, point.detail = "queued", f"in Slurm job {job}: skipped"

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from pe_bench.build import build_model
-from pe_bench.finetune import load_parent
 from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
+from pe_bench.finetune import load_parent
 from pe_bench.model import Decoder, pose_positions, random_positions
 from pe_bench.progress import TrainProgress, use_bar
 from pe_bench.runs import Run, RunFileError, atomic_save, digest, identity, read_csv, write_csv
