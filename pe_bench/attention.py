@@ -1,15 +1,63 @@
-"""Causal attention: SDPA ``is_causal`` when the scheme adds no bias (flash kernels), SDPA with an additive float mask
-when it adds a bias (outside autograd at long lengths one block of query rows at a time), and an explicit
-softmax(q·k/√d + terms + mask) when its logits depend on q or k."""
+"""Causal attention for a positional scheme, by one of three backends (``attention.backend``):
+
+- ``sdpa``: SDPA ``is_causal`` when the scheme adds nothing to the scores (flash kernels), SDPA with an additive float
+  mask when it adds a bias — outside autograd at long lengths one block of query rows at a time (``BiasRows``);
+- ``explicit``: softmax(q·k/√d + bias + terms) written out, the reference every backend is tested against and the
+  only one for schemes whose logits depend on q or k (Shaw, Transformer-XL, CoPE); outside autograd at long lengths
+  one block of query rows at a time, so that no (B, H, T, T) tensor exists;
+- ``flex``: FlexAttention with the scheme's ``score_mod`` and a causal block mask: no mask is materialised. On the CPU
+  it has no backward (torch 2.13): evaluation only.
+
+``auto`` picks sdpa, or explicit for schemes with score terms (flex is opt-in until it has been measured on a GPU).
+Attention never asks which scheme it runs: only what its hooks return.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = ("auto", "sdpa", "flex", "explicit")
+
+# Outside autograd, a bias mask larger than this is never built whole: attention goes one block of query rows at a
+# time (BiasRows), each against its causal prefix of keys (bytes; the rows per block follow from H and T).
+MASK_BUDGET = 4 * 2**20
+# Outside autograd, explicit attention goes by blocks of query rows whose (B, H, rows, T) fp32 logits fit this (bytes;
+# score terms make several tensors of that size per block: CoPE about twenty).
+EXPLICIT_BUDGET = 2**20
+
+TermsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+ValueTermsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+
+
+def backend_problem(backend: str, scheme, cpu_training: bool = False) -> str | None:
+    """One line saying why ``backend`` cannot run ``scheme`` (``cpu_training``: to train on the CPU), or None."""
+    if backend not in BACKENDS:
+        return f"attention.backend={backend!r} is not a backend; choose from {', '.join(BACKENDS)}"
+    if backend == "sdpa" and scheme.has_score_terms():
+        return (f"attention.backend=sdpa cannot add {scheme.name}'s q/k-dependent score terms (SDPA takes a "
+                "content-independent mask); use attention.backend=auto or explicit")
+    if backend == "flex":
+        if cpu_training:
+            return ("attention.backend=flex has no backward on the CPU in this torch; train with "
+                    "attention.backend=auto and evaluate with flex (pe-bench eval RUN attention.backend=flex)")
+        reason = scheme.flex_problem()
+        if reason:
+            return f"attention.backend=flex cannot express {scheme.name}: {reason}; use attention.backend=auto"
+    return None
+
+
+def choose_backend(backend: str, scheme, probe: bool) -> str:
+    """The backend a forward pass uses: the requested one, auto resolved; a probe needs the weights (explicit)."""
+    if probe or backend == "explicit" or (backend == "auto" and scheme.has_score_terms()):
+        return "explicit"
+    return "sdpa" if backend == "auto" else backend
 
 
 def causal_bias_mask(bias: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -23,9 +71,18 @@ def causal_bias_mask(bias: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tenso
     return bias.masked_fill(future[None], float("-inf"))[None]
 
 
-# Outside autograd, a bias mask larger than this is never built whole: attention goes one block of query rows at a
-# time (BiasRows), each against its causal prefix of keys (bytes; the rows per block follow from H and T).
-MASK_BUDGET = 4 * 2**20
+def mask_future_(logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, first: int) -> torch.Tensor:
+    """logits: (..., Tq, Tk) -> the same tensor, −inf in place where k_pos > q_pos, checking keys from ``first`` on
+    (a block of query rows i.. against its causal prefix: keys before i are in every row's past)."""
+    future = k_pos[first:][None, :] > q_pos[:, None]
+    logits[..., first:].masked_fill_(future, float("-inf"))
+    return logits
+
+
+def row_blocks(T: int, rows: int) -> Iterator[tuple[int, int]]:
+    """(i, j): blocks of ``rows`` query rows; each attends to keys [0, j), its causal prefix (positions increase)."""
+    for i in range(0, T, max(1, rows)):
+        yield i, min(T, i + max(1, rows))
 
 
 class BiasRows:
@@ -36,25 +93,34 @@ class BiasRows:
     def __init__(self, scheme, positions: torch.Tensor, layer: int, rows: int) -> None:
         self.scheme, self.positions, self.layer, self.rows = scheme, positions, layer, max(1, rows)
 
-    def blocks(self):
-        """(i, j, mask (1, H, j − i, j)) for each block of query rows."""
-        T = self.positions.shape[0]
-        for i in range(0, T, self.rows):
-            j = min(T, i + self.rows)
-            q_pos, k_pos = self.positions[i:j], self.positions[:j]
-            yield i, j, causal_bias_mask(self.scheme.score_bias(q_pos, k_pos, self.layer), q_pos, k_pos)
+    def block(self, i: int, j: int) -> torch.Tensor:
+        """The mask of query rows [i, j) against keys [0, j): (1, H, j − i, j)."""
+        q_pos, k_pos = self.positions[i:j], self.positions[:j]
+        bias = self.scheme.score_bias(q_pos, k_pos, self.layer)
+        if bias.requires_grad or not bias.is_contiguous() or bias._base is not None:
+            return causal_bias_mask(bias, q_pos, k_pos)
+        return mask_future_(bias, q_pos, k_pos, i)[None]
 
     def full(self) -> torch.Tensor:
         p = self.positions
         return causal_bias_mask(self.scheme.score_bias(p, p, self.layer), p, p)
 
 
+def mask_block(mask: torch.Tensor | BiasRows | None, i: int, j: int, keys: int) -> torch.Tensor | None:
+    """Rows [i, j) × keys [0, keys) of a mask, whole or by blocks (a BiasRows block needs keys == j)."""
+    if mask is None:
+        return None
+    if isinstance(mask, BiasRows):
+        return mask.block(i, j)
+    return mask[:, :, i:j, :keys]
+
+
 def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: BiasRows) -> torch.Tensor:
     """q, k, v: (B, H, T, D) -> (B, H, T, D): :func:`attend` one block of query rows at a time (BiasRows), so that
     the mask of one block, not of all T × T pairs, is in memory; it also skips every block's future keys."""
     out = torch.empty_like(q)
-    for i, j, mask in bias.blocks():
-        out[:, :, i:j] = attend(q[:, :, i:j], k[:, :, :j], v[:, :, :j], mask)
+    for i, j in row_blocks(q.shape[2], bias.rows):
+        out[:, :, i:j] = attend(q[:, :, i:j], k[:, :, :j], v[:, :, :j], bias.block(i, j))
     return out
 
 
@@ -69,27 +135,78 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
 
 
-def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                    terms: torch.Tensor | None, positions: torch.Tensor,
-                    value_terms: Callable[[torch.Tensor], torch.Tensor | None],
-                    probe: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
-    """Attention written out, for schemes whose logits depend on q or k beyond q·k (Shaw, Transformer-XL, CoPE), and
-    for every scheme when a ``probe`` wants the attention weights (``pe-bench analyze``).
+def explicit_rows(q: torch.Tensor, positions: torch.Tensor) -> int:
+    """Query rows per block of explicit attention: all of them under autograd (the backward keeps every block's
+    tensors anyway) or when positions do not increase; else as many as EXPLICIT_BUDGET allows."""
+    B, H, T, _ = q.shape
+    if torch.is_grad_enabled() or T < 2 or not bool((positions[1:] > positions[:-1]).all()):
+        return T
+    return max(1, min(T, EXPLICIT_BUDGET // (B * H * T * 4)))
 
-    q, k, v: (B, H, T, D); mask: (1, H, T, T) additive (bias + causal) or None for plain causal; terms: (B, H, T, T)
-    extra logits or None; value_terms(probs) -> (B, H, T, D) or None, added to the output; probe(probs) sees the
-    weights (B, H, T, T). Softmax in float32."""
-    logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
-    if terms is not None:
-        logits = logits + terms.float()
-    if mask is None:
-        future = positions[None, :] > positions[:, None]
-        logits = logits.masked_fill(future, float("-inf"))
-    else:
-        logits = logits + mask.float()
-    probs = logits.softmax(-1)
-    if probe is not None:
-        probe(probs)
-    out = probs.to(v.dtype) @ v
-    extra = value_terms(probs)
-    return out if extra is None else out + extra.to(out.dtype)
+
+def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | BiasRows | None,
+                    positions: torch.Tensor, terms: TermsFn | None = None, value_terms: ValueTermsFn | None = None,
+                    probe: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+    """Attention written out: the reference of every backend, the path of schemes whose logits depend on q or k
+    (Shaw, Transformer-XL, CoPE), and of every scheme when a ``probe`` wants the attention weights (pe-bench
+    analyze: then in one block).
+
+    q, k, v: (B, H, T, D); mask: additive (1, H, T, T) (bias + causal), BiasRows, or None for plain causal;
+    terms(q_rows, k_rows, q_pos, k_pos) -> extra logits (B, H, r, c) or None; value_terms(probs, q_pos, k_pos) ->
+    (B, H, r, D) or None, added to the output; probe(probs) sees the weights (B, H, T, T). Softmax in float32.
+    Outside autograd the query rows go by blocks (:func:`explicit_rows`), each against its causal prefix of keys."""
+    T = q.shape[2]
+    rows = T if probe is not None else explicit_rows(q, positions)
+    out = None if rows >= T else torch.empty_like(q)
+    for i, j in row_blocks(T, rows):
+        keys = T if rows >= T else j
+        q_pos, k_pos = positions[i:j], positions[:keys]
+        qb, kb = q[:, :, i:j], k[:, :, :keys]
+        logits = (qb @ kb.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+        extra = None if terms is None else terms(qb, kb, q_pos, k_pos)
+        if extra is not None:
+            logits += extra.float()
+        block_mask = mask_block(mask, i, j, keys)
+        if block_mask is None:
+            mask_future_(logits, q_pos, k_pos, 0 if rows >= T else i)
+        else:
+            logits += block_mask.float()
+        probs = logits.softmax(-1)
+        if probe is not None:
+            probe(probs)
+        y = probs.to(v.dtype) @ v[:, :, :keys]
+        added = None if extra is None or value_terms is None else value_terms(probs, q_pos, k_pos)
+        if added is not None:
+            y = y + added.to(y.dtype)
+        if out is None:
+            return y
+        out[:, :, i:j] = y
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def causal_block_mask(T: int, device: str):
+    """FlexAttention's causal BlockMask for length T (positions increase: causal by index), kept per length."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, T, T, device=device)
+
+
+def attend_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod) -> torch.Tensor:
+    """q, k, v: (B, H, T, D) -> (B, H, T, D) by FlexAttention: ``score_mod(score, b, h, q_idx, kv_idx)`` (the
+    scheme's, or None) adds the scheme's bias/terms to each scaled score; the causal block mask skips future
+    blocks. Compiled on CUDA (the fused kernel); eager elsewhere (a reference implementation)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if q.is_cuda:
+        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[2], str(q.device)))
+    with warnings.catch_warnings():  # "called without torch.compile": eager is the point here (a reference)
+        warnings.simplefilter("ignore", UserWarning)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[2], str(q.device)))
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)

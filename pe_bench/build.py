@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pe_bench.config import Config, SchemeSpec, model_shape, scheme_spec
+from pe_bench.attention import backend_problem
+from pe_bench.config import Config, ConfigError, SchemeSpec, model_shape, scheme_spec
 from pe_bench.model import Decoder, ModelArgs
 from pe_bench.schemes import Scheme
 
@@ -14,6 +15,10 @@ def build_scheme(cfg: Config, spec: SchemeSpec | None = None) -> Scheme:
 
 def build_model(cfg: Config, vocab_size: int, spec: SchemeSpec | None = None) -> Decoder:
     m = cfg.model
+    scheme = build_scheme(cfg, spec)
+    problem = backend_problem(cfg.attention.backend, scheme)
+    if problem:
+        raise ConfigError(problem)
     args = ModelArgs(vocab_size=vocab_size, n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads,
-                     mlp_ratio=m.mlp_ratio, dropout=m.dropout)
-    return Decoder(args, build_scheme(cfg, spec))
+                     mlp_ratio=m.mlp_ratio, dropout=m.dropout, backend=cfg.attention.backend)
+    return Decoder(args, scheme)

@@ -219,7 +219,7 @@ def _trained_run(run_dir: Path, overrides: list[str] | None):
         raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
                           "train one with `pe-bench train`")
     saved = run.load_config()
-    return run, saved, apply_overrides(saved, overrides or [], allowed=("eval", "scheme"))
+    return run, saved, apply_overrides(saved, overrides or [], allowed=("eval", "scheme", "attention"))
 
 
 @app.command("eval")

@@ -177,6 +177,14 @@ class FinetuneConfig:
 
 
 @dataclass
+class AttentionConfig:
+    """How attention is computed — not what it computes: every backend gives the same numbers (tested), so this is
+    not part of a run's identity and may change between training and evaluation."""
+
+    backend: str = "auto"  # auto | sdpa | flex | explicit (pe_bench/attention.py)
+
+
+@dataclass
 class Config:
     scheme: dict[str, Any] = field(default_factory=lambda: {"name": "alibi"})
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -185,6 +193,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
     seed: int = ranged(0, ge=0, le=2**63 - 1)
     results_dir: str = "results"
     cache_dir: str = "~/.cache/pe-bench"
@@ -196,6 +205,7 @@ CHOICES = {
     "data.format": ("text", "json", "parquet", "csv", "arrow"),
     "train.precision": ("auto", "fp32", "bf16"),
     "train.compile": ("auto", "on", "off"),
+    "attention.backend": ("auto", "sdpa", "flex", "explicit"),
     "eval.split": ("train", "validation", "test"),
     "task.name": ("lm", "passkey", "assoc_recall", "copy", "reverse", "addition"),
     "task.train_lengths": ("uniform", "curriculum", "fixed"),
@@ -521,9 +531,14 @@ def check_scheme(cfg: Config) -> None:
     """Type the scheme's options (and each eval variant's, and each composite part's) and build each once for the
     model's shape, so that checks needing the shape (alibi heads <= model.n_heads, rotary schemes' even head
     dimension, ...) fail here and not after the run directory exists."""
+    from pe_bench.attention import backend_problem
+
     spec = scheme_spec(cfg.scheme)
     shape = model_shape(cfg)
-    _build(spec, shape, "scheme")
+    problem = backend_problem(cfg.attention.backend, _build(spec, shape, "scheme"),
+                              cpu_training=cfg.train.device == "cpu")
+    if problem:
+        raise ConfigError(problem)
     for i, variant in enumerate(spec.eval_variants):
         prefix = f"scheme.eval_variants[{i}]"
         variant_spec = with_options(spec, variant, prefix)  # typed and range-checked even when not evaluated
@@ -539,7 +554,7 @@ def check_scheme(cfg: Config) -> None:
 BUILD_ON_META_ABOVE = 2**24  # elements: a scheme this large is built on the meta device (no memory)
 
 
-def _build(spec: SchemeSpec, shape: schemes.ModelShape, prefix: str) -> None:
+def _build(spec: SchemeSpec, shape: schemes.ModelShape, prefix: str) -> schemes.Scheme:
     """Build the scheme and drop it: on the CPU, leaving the global RNG as it was (milliseconds for these small
     modules); on the meta device when its tables could be large (the meta device costs a second to warm up)."""
     import torch
@@ -548,7 +563,7 @@ def _build(spec: SchemeSpec, shape: schemes.ModelShape, prefix: str) -> None:
     device = torch.device("meta") if largest > BUILD_ON_META_ABOVE else torch.device("cpu")
     try:
         with torch.random.fork_rng(devices=[]), device:
-            spec.cls(spec.options, shape)
+            return spec.cls(spec.options, shape)
     except (ValueError, TypeError) as e:
         raise ConfigError(_reprefix(str(e).splitlines()[0], prefix)) from None
     except ArithmeticError as e:

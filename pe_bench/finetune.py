@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pe_bench.model import Decoder
 
 PRESET = "finetune"  # configs/train/finetune.yaml: the recipe of a fine-tune that names no train preset
-CHANGEABLE = ("train", "eval", "scheme", "finetune", "results_dir", "cache_dir")
+CHANGEABLE = ("train", "eval", "scheme", "finetune", "attention", "results_dir", "cache_dir")
 FILLED = ("from_run", "parent", "parent_config", "original_seq_len", "data_offset")  # finetune.* taken from the parent
 
 

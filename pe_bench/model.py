@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pe_bench import attention
-from pe_bench.attention import BiasRows, attend, attend_explicit, attend_rows, causal_bias_mask
+from pe_bench.attention import BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask
 from pe_bench.schemes import Scheme
 
 Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
@@ -25,6 +25,7 @@ class ModelArgs:
     n_heads: int = 4
     mlp_ratio: float = 4.0
     dropout: float = 0.0
+    backend: str = "auto"  # attention.backend: auto | sdpa | flex | explicit (pe_bench.attention)
 
 
 def random_positions(max_position: int, length: int, generator: torch.Generator) -> torch.Tensor:
@@ -55,22 +56,24 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(args.d_model, args.d_model, bias=False)
         self.dropout = nn.Dropout(args.dropout)
 
-    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
-                mask: torch.Tensor | None, layer: int, probe: Probe | None = None) -> torch.Tensor:
-        """x: (B, T, C) -> (B, T, C). ``probe(layer, probs)``: sees the attention weights (B, H, T, T), computed
-        explicitly from the same q, k, bias and terms (for diagnostics)."""
+    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | BiasRows | None,
+                layer: int, backend: str, probe: Probe | None = None) -> torch.Tensor:
+        """x: (B, T, C) -> (B, T, C). ``backend``: sdpa | explicit | flex (resolved, see pe_bench.attention);
+        ``mask``: the scheme's bias as a mask (sdpa, explicit). ``probe(layer, probs)``: sees the attention weights
+        (B, H, T, T) (explicit attention, for diagnostics)."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
         q, k = scheme.rotate(q, k, positions)
-        terms = scheme.score_terms(q, k, positions, layer)
-        if isinstance(mask, BiasRows) and (terms is not None or probe is not None):
-            mask = mask.full()  # explicit attention takes the whole mask
-        if terms is None and probe is None:
+        if backend == "flex":
+            y = attend_flex(q, k, v, scheme.score_mod(q, k, positions, layer))
+        elif backend == "sdpa":
             y = attend_rows(q, k, v, mask) if isinstance(mask, BiasRows) else attend(q, k, v, mask)
         else:
-            y = attend_explicit(q, k, v, mask, terms, positions,
-                                lambda probs: None if terms is None else scheme.value_terms(probs, positions, layer),
-                                None if probe is None else lambda probs: probe(layer, probs))
+            y = attend_explicit(
+                q, k, v, mask, positions,
+                lambda qb, kb, q_pos, k_pos: scheme.score_terms(qb, kb, q_pos, k_pos, layer),
+                lambda probs, q_pos, k_pos: scheme.value_terms(probs, q_pos, k_pos, layer),
+                None if probe is None else lambda probs: probe(layer, probs))
         return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
 
@@ -94,9 +97,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(args.d_model)
         self.mlp = MLP(args)
 
-    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor,
-                mask: torch.Tensor | None, layer: int, probe: Probe | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), scheme, positions, mask, layer, probe)
+    def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | BiasRows | None,
+                layer: int, backend: str, probe: Probe | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), scheme, positions, mask, layer, backend, probe)
         return x + self.mlp(self.ln2(x))
 
 
@@ -136,11 +139,12 @@ class Decoder(nn.Module):
         if positions is None:
             positions = torch.arange(T, device=idx.device)
         x = self.drop(self.scheme.embed(self.tok_emb(idx), positions))
+        backend = attention.choose_backend(self.args.backend, self.scheme, probe is not None)
         mask = None
         for layer, block in enumerate(self.blocks):
-            if layer == 0 or self.scheme.bias_per_layer:  # one bias per forward unless the scheme is per-layer
+            if backend != "flex" and (layer == 0 or self.scheme.bias_per_layer):  # one per forward unless per-layer
                 mask = self._bias_mask(positions, layer, default_positions)
-            x = block(x, self.scheme, positions, mask, layer, probe)
+            x = block(x, self.scheme, positions, mask, layer, backend, probe)
         return self.lm_head(self.ln_f(x))
 
     def _bias_mask(self, positions: torch.Tensor, layer: int,

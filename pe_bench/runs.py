@@ -42,7 +42,7 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     """Everything that changes the trained model — not evaluation, paths or bookkeeping — as plain data.
     ``seed=False`` leaves the seed out: what seed replicas of one configuration share."""
     d = asdict(cfg)
-    for k in ("eval", "results_dir", "cache_dir") + (() if seed else ("seed",)):
+    for k in ("eval", "attention", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
     d["scheme"] = {k: v for k, v in d["scheme"].items() if k != "eval_variants"}
     if cfg.task.name == "lm":  # language modelling: the identity it had before tasks existed (same run names)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pe_bench.attention import backend_problem
 from pe_bench.build import build_model
 from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
@@ -163,6 +164,9 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
         window_losses = list(ckpt.get("log_window", []))  # losses since the last log line
     if step >= tc.steps:
         return model.eval()
+    problem = backend_problem(cfg.attention.backend, model.scheme, cpu_training=device.type == "cpu")
+    if problem:
+        raise ConfigError(problem)
     if step and world.is_main:
         run.update_meta(resumed_from=[*run.meta().get("resumed_from", []), step])
 

@@ -137,7 +137,7 @@ def test_relative_attention_scores_are_shift_invariant(name):
         qr, kr = model.scheme.rotate(q, k, pos)
         s = qr @ kr.transpose(-1, -2) / 8**0.5
         for layer in range(2):
-            for extra in (model.scheme.score_bias(pos, pos, layer), model.scheme.score_terms(qr, kr, pos, layer)):
+            for extra in (model.scheme.score_bias(pos, pos, layer), model.scheme.score_terms(qr, kr, pos, pos, layer)):
                 s = s if extra is None else s + extra
         return s[..., causal]
 

@@ -33,22 +33,22 @@ def test_shaw_terms_are_q_dot_clipped_vector_and_values_add_weighted_vectors():
     s = Shaw(ShawOptions(max_distance=3), shape())
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, 2, 8, 8, generator=g)
-    terms = s.score_terms(q, q, torch.arange(8), layer=1)
+    terms = s.score_terms(q, q, torch.arange(8), torch.arange(8), layer=1)
     for i, j in [(7, 0), (7, 4), (7, 5), (2, 2)]:
         w = s.key_table[1, min(i - j, 3)]
         assert terms[0, 1, i, j].item() == pytest.approx((q[0, 1, i] @ w).item() / math.sqrt(8), abs=1e-6)
     probs = torch.softmax(torch.randn(1, 2, 8, 8, generator=g), -1)
-    out = s.value_terms(probs, torch.arange(8), layer=0)
+    out = s.value_terms(probs, torch.arange(8), torch.arange(8), layer=0)
     expected = sum(probs[0, 0, 7, j] * s.value_table[0, min(7 - j, 3)] for j in range(8))
     torch.testing.assert_close(out[0, 0, 7], expected)
-    assert Shaw(ShawOptions(values=False), shape()).value_terms(probs, torch.arange(8), 0) is None
+    assert Shaw(ShawOptions(values=False), shape()).value_terms(probs, torch.arange(8), torch.arange(8), 0) is None
 
 
 def test_xl_terms_are_the_four_term_decomposition_minus_q_dot_k():
     xl = TransformerXL(XLOptions(), shape(d_model=8, n_heads=2))
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 2, 6, 4, generator=g), torch.randn(1, 2, 6, 4, generator=g)
-    terms = xl.score_terms(q, k, torch.arange(6), layer=1)
+    terms = xl.score_terms(q, k, torch.arange(6), torch.arange(6), layer=1)
     R = sinusoid_table(torch.arange(6), 8)
     for h, i, j in [(0, 5, 2), (1, 3, 3), (1, 5, 0)]:
         r = (R[i - j] @ xl.r_proj[1]).view(2, 4)[h]  # W_R R_{i−j} for head h
@@ -135,7 +135,7 @@ def test_cope_positions_count_gates_and_interpolate():
         cope.pos_emb[0, 0] = torch.arange(4.0)
     q = torch.tensor([3.0, 0.0]).expand(1, 1, 8, 2)
     k = torch.tensor([0.0, 5.0]).expand(1, 1, 8, 2)
-    terms = cope.score_terms(q, k, torch.arange(8), 0)[0, 0]
+    terms = cope.score_terms(q, k, torch.arange(8), torch.arange(8), 0)[0, 0]
     for i, j in [(0, 0), (1, 0), (2, 0), (4, 2), (7, 0), (7, 6)]:
         assert terms[i, j].item() == pytest.approx(3.0 * min((i - j + 1) / 2, 3), abs=1e-6)
 

@@ -6,9 +6,14 @@
   - ``score_bias(q_pos, k_pos, layer)`` — an additive, content-independent bias on the logits, after the 1/sqrt(d)
     scaling (ALiBi, T5, KERPLE, Sandwich, FIRE). Built once per forward pass and shared by all layers unless the
     scheme sets ``bias_per_layer`` (then once per layer);
-  - ``score_terms(q, k, positions, layer)`` — content-dependent logit terms that need q or k (Shaw's q·a_ij,
+  - ``score_terms(q, k, q_pos, k_pos, layer)`` — content-dependent logit terms that need q or k (Shaw's q·a_ij,
     Transformer-XL's (q + v)·W R_{i-j}, CoPE's gated positions). When a scheme returns terms, attention is computed
-    explicitly (no fused kernel) and ``value_terms(probs, positions, layer)`` may add to the attention output.
+    explicitly (no fused kernel; by blocks of query rows outside autograd, hence q_pos and k_pos apart) and
+    ``value_terms(probs, q_pos, k_pos, layer)`` may add to the attention output.
+
+  FlexAttention (``attention.backend=flex``) sees the scores hooks through ``score_mod``: by default the score bias
+  evaluated at each (query, key) pair; a scheme with score terms overrides it, or says why it cannot
+  (``flex_problem``).
 
 Schemes compose: ``Composite`` (see ``hybrid``) chains the hooks of a list of schemes and adds their biases.
 
@@ -112,16 +117,53 @@ class Scheme(nn.Module):
         when ``bias_per_layer`` is set; otherwise the model calls this once per forward pass."""
         return None
 
-    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
-        """q, k: (B, H, T, D) after ``rotate``, positions: (T,) -> extra logits (B, H, T, T) on the scale of
-        q·k/√d, or None. Future entries (j > i) are masked afterwards and may hold anything finite."""
+        """q: (B, H, Tq, D), k: (B, H, Tk, D) after ``rotate``, q_pos: (Tq,), k_pos: (Tk,) -> extra logits
+        (B, H, Tq, Tk) on the scale of q·k/√d, or None. A function of each (query, key) pair given the keys up to
+        the query (attention may pass a block of query rows with their causal prefix of keys). Future entries
+        (k_pos > q_pos) are masked afterwards and may hold anything finite."""
         return None
 
-    def value_terms(self, probs: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor | None:
-        """probs: (B, H, T, T) attention weights -> (B, H, T, D) added to probs @ v, or None. Called only when
+    def value_terms(self, probs: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    layer: int) -> torch.Tensor | None:
+        """probs: (B, H, Tq, Tk) attention weights -> (B, H, Tq, D) added to probs @ v, or None. Called only when
         ``score_terms`` returned terms for this layer."""
         return None
+
+    def has_score_terms(self) -> bool:
+        """Whether ``score_terms`` can return terms (then no fused kernel can run this scheme)."""
+        return type(self).score_terms is not Scheme.score_terms
+
+    # ---- FlexAttention ----------------------------------------------------------------------------------
+    def flex_problem(self) -> str | None:
+        """Why ``score_mod`` cannot express this scheme (one phrase), or None."""
+        if self.has_score_terms() and type(self).score_mod is Scheme.score_mod:
+            return "its score terms have no score_mod"
+        return None
+
+    def score_mod(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int):
+        """The scores hooks as a FlexAttention ``score_mod(score, b, h, q_idx, kv_idx) -> score`` (score: one
+        scaled q·k, the indices 0-d tensors), or None when the scheme leaves the scores alone (q, k: (B, H, T, D)
+        after ``rotate``, for schemes whose terms need them). Default, from ``score_bias`` (the code of the mask):
+        a relative scheme's bias is a function of i − j only, so it is computed once per distance, (H, n), and
+        gathered; any other is evaluated at each (query, key) pair."""
+        if self.score_bias(positions[:1], positions[:1], layer) is None:
+            return None
+        if self.relative:
+            n = int(positions[-1] - positions[0]) + 1  # distances 0..n−1 (positions increase)
+            table = self.score_bias(positions.new_tensor([n - 1]), torch.arange(n, device=positions.device),
+                                    layer)[:, 0].float()  # (H, n): the bias at distance n − 1 − j
+
+            def mod(score, b, h, q_idx, kv_idx):
+                return score + table[h, n - 1 - (positions[q_idx] - positions[kv_idx]).clamp(0, n - 1)]
+
+            return mod
+
+        def mod(score, b, h, q_idx, kv_idx):
+            return score + self.score_bias(positions[q_idx][None], positions[kv_idx][None], layer)[h, 0, 0]
+
+        return mod
 
     # ---- fine-tuning --------------------------------------------------------------------------------------
     def inherit(self, state: dict[str, torch.Tensor], prefix: str, how: str) -> None:

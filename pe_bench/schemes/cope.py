@@ -34,8 +34,12 @@ class CoPE(Scheme):
         super().__init__(options, shape)
         self.pos_emb = nn.Parameter(torch.zeros(shape.n_layers, shape.head_dim, options.max_position))
 
-    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor:
-        future = positions[None, :] > positions[:, None]
+    def flex_problem(self) -> str | None:
+        return "its positions are sums of gates over the other keys of the row, not a function of one score"
+
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    layer: int) -> torch.Tensor:
+        future = k_pos[None, :] > q_pos[:, None]
         gates = torch.sigmoid((q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5).masked_fill(future, 0.0)
         pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=self.options.max_position - 1)  # Σ_{t >= j} g_it
         lower = pos.floor()

@@ -27,6 +27,9 @@ class FireOptions:
     eps: float = ranged(1e-6, gt=0)
 
 
+HIDDEN_BUDGET = 2**20  # numbers of the MLP's hidden layer computed at once outside autograd (4 MiB in fp32)
+
+
 class FireLayer(nn.Module):
     def __init__(self, n_heads: int, o: FireOptions, threshold: float) -> None:
         super().__init__()
@@ -37,7 +40,18 @@ class FireLayer(nn.Module):
         self.eps = o.eps
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-        """-> (H, Tq, Tk)."""
+        """-> (H, Tq, Tk). Outside autograd by blocks of query rows, so that the MLP's hidden layer (mlp_width
+        numbers per pair) never holds more than HIDDEN_BUDGET of them."""
+        rows = max(1, HIDDEN_BUDGET // max(1, k_pos.shape[0] * self.mlp[0].out_features))
+        if torch.is_grad_enabled() or rows >= q_pos.shape[0]:
+            return self.bias(q_pos, k_pos)
+        out = torch.empty(self.mlp[2].out_features, q_pos.shape[0], k_pos.shape[0], device=q_pos.device)
+        for i in range(0, q_pos.shape[0], rows):
+            out[:, i:i + rows] = self.bias(q_pos[i:i + rows], k_pos)
+        return out
+
+    def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """-> (H, Tq, Tk), all rows at once."""
         distance = causal_distance(q_pos, k_pos).float()
         threshold = (self.threshold_multiplier * self.init_threshold).abs()
         normaliser = torch.maximum(q_pos.float(), threshold)[:, None]  # ψ(max(L, i))

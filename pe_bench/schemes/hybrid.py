@@ -50,12 +50,31 @@ class Composite(Scheme):
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:
         return _sum([p.score_bias(q_pos, k_pos, layer) for p in self.parts])
 
-    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
-        return _sum([p.score_terms(q, k, positions, layer) for p in self.parts])
+        return _sum([p.score_terms(q, k, q_pos, k_pos, layer) for p in self.parts])
 
-    def value_terms(self, probs: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor | None:
-        return _sum([p.value_terms(probs, positions, layer) for p in self.parts])
+    def value_terms(self, probs: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    layer: int) -> torch.Tensor | None:
+        return _sum([p.value_terms(probs, q_pos, k_pos, layer) for p in self.parts])
+
+    def has_score_terms(self) -> bool:
+        return any(p.has_score_terms() for p in self.parts)
+
+    def flex_problem(self) -> str | None:
+        return next((f"{p.name}: {r}" for p in self.parts if (r := p.flex_problem())), None)
+
+    def score_mod(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int):
+        mods = [m for p in self.parts if (m := p.score_mod(q, k, positions, layer)) is not None]
+        if not mods:
+            return None
+
+        def mod(score, b, h, q_idx, kv_idx):
+            for m in mods:
+                score = m(score, b, h, q_idx, kv_idx)
+            return score
+
+        return mod
 
 
 @dataclass

@@ -43,16 +43,33 @@ class Shaw(Scheme):
         self.key_table = nn.Parameter(torch.randn(rows) * options.init_std)
         self.value_table = nn.Parameter(torch.randn(rows) * options.init_std) if options.values else None
 
-    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor:
-        B, H, T, D = q.shape
-        idx = shaw_index(positions, positions, self.options.max_distance)
-        by_row = (q @ self.key_table[layer].to(q.dtype).T) * D**-0.5  # (B, H, T, k+1): q_i·w_r / √d
-        return by_row.gather(-1, idx.expand(B, H, T, T))
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    layer: int) -> torch.Tensor:
+        B, H, Tq, D = q.shape
+        idx = shaw_index(q_pos, k_pos, self.options.max_distance)
+        by_row = (q @ self.key_table[layer].to(q.dtype).T) * D**-0.5  # (B, H, Tq, k+1): q_i·w_r / √d
+        return by_row.gather(-1, idx.expand(B, H, Tq, k_pos.shape[0]))
 
-    def value_terms(self, probs: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor | None:
+    def value_terms(self, probs: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    layer: int) -> torch.Tensor | None:
         if self.value_table is None:
             return None
-        B, H, T, _ = probs.shape
-        idx = shaw_index(positions, positions, self.options.max_distance).expand(B, H, T, T)
-        mass = probs.new_zeros(B, H, T, self.options.max_distance + 1).scatter_add_(-1, idx, probs)  # Σ_j by row
-        return mass @ self.value_table[layer].to(probs.dtype)  # (B, H, T, D)
+        B, H, Tq, Tk = probs.shape
+        idx = shaw_index(q_pos, k_pos, self.options.max_distance).expand(B, H, Tq, Tk)
+        mass = probs.new_zeros(B, H, Tq, self.options.max_distance + 1).scatter_add_(-1, idx, probs)  # Σ_j by row
+        return mass @ self.value_table[layer].to(probs.dtype)  # (B, H, Tq, D)
+
+    def flex_problem(self) -> str | None:
+        if self.value_table is not None:
+            return "its value vectors a^V need the attention weights (scheme.values=false has a score_mod)"
+        return None
+
+    def score_mod(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int):
+        """score + q_i·a^K_clip(i−j) / √d, gathered from q's products with the k + 1 rows: (B, H, T, k + 1)."""
+        by_row = (q @ self.key_table[layer].to(q.dtype).T).float() * q.shape[-1] ** -0.5
+        k_max = self.options.max_distance
+
+        def mod(score, b, h, q_idx, kv_idx):
+            return score + by_row[b, h, q_idx, (positions[q_idx] - positions[kv_idx]).clamp(0, k_max)]
+
+        return mod

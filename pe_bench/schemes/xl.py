@@ -38,13 +38,49 @@ class TransformerXL(Scheme):
         self.u = nn.Parameter(torch.randn(H, D) * options.init_std)
         self.v = nn.Parameter(torch.randn(H, D) * options.init_std)
 
-    def score_terms(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int) -> torch.Tensor:
-        B, H, T, D = q.shape
-        distance = causal_distance(positions, positions)  # (T, T)
-        n = int(distance.max()) + 1
-        R = sinusoid_table(torch.arange(n, device=q.device), self.shape.d_model, self.options.base)  # (n, C)
-        r = (R.to(q.dtype) @ self.r_proj[layer].to(q.dtype)).view(n, H, D).transpose(0, 1)  # (H, n, D): W_R R
-        content_bias = torch.einsum("hd,bhtd->bht", self.u.to(q.dtype), k)[:, :, None, :]  # (B, H, 1, T): u·k_j
-        by_distance = (q + self.v.to(q.dtype)[None, :, None, :]) @ r.transpose(-1, -2)  # (B, H, T, n)
-        position_terms = by_distance.gather(-1, distance.expand(B, H, T, T))  # (q_i + v)·W_R R_{i−j}
-        return (content_bias + position_terms) * D**-0.5
+    def _projected(self, n: int, layer: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """W_R R_r for distances r < n: (H, n, D). Outside autograd attention asks for it block after block of
+        query rows: the last layer's table is kept (rows for a power of two ≥ n distances; row r does not depend
+        on n) while W_R is the same tensor at the same version."""
+        H, D = self.shape.n_heads, self.shape.head_dim
+
+        def table(m: int) -> torch.Tensor:
+            R = sinusoid_table(torch.arange(m, device=device), self.shape.d_model, self.options.base)  # (m, C)
+            return (R.to(dtype) @ self.r_proj[layer].to(dtype)).view(m, H, D).transpose(0, 1)
+
+        if torch.is_grad_enabled():
+            return table(n)
+        key = (layer, dtype, device, self.r_proj.data_ptr(), self.r_proj._version)
+        kept = getattr(self, "_kept", None)
+        if kept is None or kept[0] != key or kept[1].shape[1] < n:
+            kept = (key, table(1 << (n - 1).bit_length()))
+            self._kept = kept
+        return kept[1][:, :n]
+
+    def _relative(self, q: torch.Tensor, k: torch.Tensor, n: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> u·k_j: (B, H, Tk) and (q_i + v)·W_R R_r for distances r < n: (B, H, Tq, n), both unscaled."""
+        r = self._projected(n, layer, q.dtype, q.device)  # (H, n, D)
+        content_bias = torch.einsum("hd,bhtd->bht", self.u.to(q.dtype), k)  # u·k_j
+        by_distance = (q + self.v.to(q.dtype)[None, :, None, :]) @ r.transpose(-1, -2)  # (B, H, Tq, n)
+        return content_bias, by_distance
+
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    layer: int) -> torch.Tensor:
+        B, H, Tq, D = q.shape
+        distance = causal_distance(q_pos, k_pos)  # (Tq, Tk)
+        content_bias, by_distance = self._relative(q, k, int(distance.max()) + 1, layer)
+        position_terms = by_distance.gather(-1, distance.expand(B, H, Tq, k_pos.shape[0]))  # (q_i + v)·W_R R_{i−j}
+        return (content_bias[:, :, None, :] + position_terms) * D**-0.5
+
+    def score_mod(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int):
+        """score + (u·k_j + (q_i + v)·W_R R_{i−j}) / √d from the captured (B, H, T) and (B, H, T, n) products."""
+        n = int(positions[-1] - positions[0]) + 1 if positions.numel() else 1
+        content_bias, by_distance = self._relative(q, k, n, layer)
+        content_bias, by_distance = content_bias.float(), by_distance.float()
+        scale = q.shape[-1] ** -0.5
+
+        def mod(score, b, h, q_idx, kv_idx):
+            d = (positions[q_idx] - positions[kv_idx]).clamp(0, n - 1)
+            return score + (content_bias[b, h, kv_idx] + by_distance[b, h, q_idx, d]) * scale
+
+        return mod

@@ -1,0 +1,138 @@
+"""Every attention backend computes the same function: every scheme × every backend that can run it here gives the
+explicit reference's loss (fp32, ≤ 1e-5) and, where training is possible, its gradients (≤ 1e-5 relative); the
+blocked paths (query rows by blocks outside autograd) give the whole computation's logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pe_bench import attention, schemes
+from pe_bench.attention import backend_problem
+from pe_bench.config import ConfigError, compose, scheme_spec, with_options
+from pe_bench.model import Decoder, ModelArgs
+from pe_bench.schemes import ModelShape
+from tests.test_schemes import L_TRAIN, scheme_yaml
+
+# Every registered scheme, plus the variants whose backends differ from their defaults'.
+CASES = [(n, None) for n in schemes.available()] + [
+    ("shaw", {"values": False}),  # keys only: FlexAttention can express it
+    ("hybrid", {"parts": [{"name": "rope"}, {"name": "t5"}]}),
+    ("hybrid", {"parts": [{"name": "sinusoidal"}, {"name": "xl"}]}),
+]
+T = 3 * L_TRAIN  # past the training length: FIRE's progressive interpolation, T5's far buckets, RoPE beyond L
+OPTIONS = {"learned": {"beyond_table": "clamp"}}  # a learned table refuses lengths past it
+
+
+def case_id(case) -> str:
+    name, options = case
+    return name if not options else f"{name}-{'-'.join(f'{k}={v}' for k, v in options.items())}"
+
+
+def build(name: str, options: dict | None, backend: str) -> Decoder | None:
+    """The case's model on ``backend`` (same weights for every backend), or None when the backend cannot run it."""
+    spec = scheme_spec(scheme_yaml(name))
+    if options or name in OPTIONS:
+        spec = with_options(spec, options or OPTIONS[name])
+    torch.manual_seed(0)
+    scheme = spec.cls(spec.options, ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN, n_layers=2))
+    if backend_problem(backend, scheme):
+        return None
+    model = Decoder(ModelArgs(vocab_size=50, n_layers=2, d_model=32, n_heads=4, backend=backend), scheme)
+    with torch.no_grad():  # zero-initialised tables (T5, CoPE) would hide a wrong term: perturb every parameter
+        for p in model.scheme.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return model
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 50, (2, T + 1), generator=g)
+    return x[:, :-1], x[:, 1:]
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_every_backend_gives_the_reference_loss_and_gradients(case):
+    x, y = batch()
+    ref = build(*case, "explicit")
+    ref_loss = F.cross_entropy(ref(x).flatten(0, 1), y.flatten())
+    ref_loss.backward()
+    trained = 0
+    for backend in ("sdpa", "auto"):
+        model = build(*case, backend)
+        if model is None:
+            continue
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        assert abs(loss.item() - ref_loss.item()) <= 1e-5, backend
+        loss.backward()
+        for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+            if p_ref.grad is None:
+                assert p.grad is None or not p.grad.any(), name
+                continue
+            # relative to the gradient, with a floor for gradients that vanish mathematically (a per-head constant
+            # logit, FIRE's last bias: softmax removes it; both sides are rounding noise of ~1e-9)
+            err = (p.grad - p_ref.grad).norm() / p_ref.grad.norm().clamp(min=1e-4)
+            assert err <= 1e-5, f"{backend}: gradient of {name} differs by {err:.1e} (relative)"
+        trained += 1
+    assert trained >= 1  # auto runs every scheme
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_outside_autograd_every_backend_and_every_block_size_gives_the_reference_logits(case, monkeypatch):
+    """Evaluation: sdpa (whole mask, and the bias by blocks of query rows), explicit by blocks of 5 and of 1 query
+    rows, and FlexAttention's forward (the CPU runs it eagerly) all give the explicit whole computation's logits."""
+    x, _ = batch()
+    with torch.no_grad():
+        monkeypatch.setattr(attention, "EXPLICIT_BUDGET", 2**40)
+        monkeypatch.setattr(attention, "MASK_BUDGET", 2**40)
+        ref = build(*case, "explicit")(x)
+        outs = {}
+        for backend in ("sdpa", "flex", "explicit"):
+            model = build(*case, backend)
+            if model is None:
+                continue
+            outs[backend] = model(x)
+            if backend == "sdpa":
+                monkeypatch.setattr(attention, "MASK_BUDGET", 4 * T * 4 * 7)  # bias blocks of 7 query rows
+                outs["sdpa by blocks"] = model(x)
+                monkeypatch.setattr(attention, "MASK_BUDGET", 2**40)
+            if backend == "explicit":
+                for rows in (5, 1):
+                    monkeypatch.setattr(attention, "EXPLICIT_BUDGET", 2 * 4 * T * 4 * rows)
+                    outs[f"explicit by {rows} rows"] = model(x)
+                monkeypatch.setattr(attention, "EXPLICIT_BUDGET", 2**40)
+    assert "explicit by 1 rows" in outs
+    for what, out in outs.items():
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-5, msg=lambda m, w=what: f"{w}: {m}")
+
+
+def test_explicit_blocks_are_bounded_outside_autograd_and_whole_under_it():
+    q = torch.zeros(2, 4, 1024, 8)
+    positions = torch.arange(1024)
+    with torch.no_grad():
+        rows = attention.explicit_rows(q, positions)
+        assert rows * 2 * 4 * 1024 * 4 <= attention.EXPLICIT_BUDGET and rows >= 1
+        assert attention.explicit_rows(q, positions.flip(0)) == 1024  # positions must increase for the prefix
+    assert attention.explicit_rows(q, positions) == 1024
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["scheme=shaw", "attention.backend=sdpa"], "attention.backend=sdpa cannot add shaw's"),
+    (["scheme=cope", "attention.backend=flex"], "attention.backend=flex cannot express cope"),
+    (["scheme=shaw", "attention.backend=flex"], "value vectors a^V need the attention weights"),
+    (["scheme=alibi", "attention.backend=flex", "train.device=cpu"], "no backward on the CPU"),
+    (["scheme=alibi", "attention.backend=flash"], "attention.backend='flash' is not one of"),
+])
+def test_a_backend_that_cannot_run_the_scheme_is_refused_at_compose_time(overrides, says):
+    with pytest.raises(ConfigError, match=None) as e:
+        compose(overrides)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_flex_and_explicit_are_accepted_where_they_apply():
+    for name in ("alibi", "t5", "fire", "kerple_log", "sandwich", "rope", "nope"):
+        compose([f"scheme={name}", "attention.backend=flex"])
+    compose(["scheme=shaw", "scheme.values=false", "attention.backend=flex"])
+    for name in schemes.available():
+        compose([f"scheme={name}", "attention.backend=explicit"])
