@@ -43,20 +43,34 @@ class Shaw(Scheme):
         self.key_table = nn.Parameter(torch.randn(rows) * options.init_std)
         self.value_table = nn.Parameter(torch.randn(rows) * options.init_std) if options.values else None
 
+    def _far(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
+        """How many leading keys are at distance ≥ k from every query (all in the last, shared row): a block of
+        query rows against its causal prefix has most of its keys there."""
+        edge = q_pos.min() - self.options.max_distance
+        far = int((k_pos <= edge).sum())
+        return far if far and bool((k_pos[:far] <= edge).all()) else 0
+
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor:
         B, H, Tq, D = q.shape
-        idx = shaw_index(q_pos, k_pos, self.options.max_distance)
+        K, far = self.options.max_distance, self._far(q_pos, k_pos)
+        idx = shaw_index(q_pos, k_pos[far:], K)
         by_row = (q @ self.key_table[layer].to(q.dtype).T) * D**-0.5  # (B, H, Tq, k+1): q_i·w_r / √d
-        return by_row.gather(-1, idx.expand(B, H, Tq, k_pos.shape[0]))
+        near = by_row.gather(-1, idx.expand(B, H, Tq, idx.shape[1]))
+        if not far:
+            return near
+        return torch.cat([by_row[..., K:].expand(B, H, Tq, far), near], -1)  # far keys: the last row, w_k
 
     def value_terms(self, probs: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         if self.value_table is None:
             return None
         B, H, Tq, Tk = probs.shape
-        idx = shaw_index(q_pos, k_pos, self.options.max_distance).expand(B, H, Tq, Tk)
-        mass = probs.new_zeros(B, H, Tq, self.options.max_distance + 1).scatter_add_(-1, idx, probs)  # Σ_j by row
+        K, far = self.options.max_distance, self._far(q_pos, k_pos)
+        idx = shaw_index(q_pos, k_pos[far:], K).expand(B, H, Tq, Tk - far)
+        mass = probs.new_zeros(B, H, Tq, K + 1).scatter_add_(-1, idx, probs[..., far:])  # Σ_j α_ij by row
+        if far:
+            mass[..., K] += probs[..., :far].sum(-1)
         return mass @ self.value_table[layer].to(probs.dtype)  # (B, H, Tq, D)
 
     def flex_problem(self) -> str | None:
