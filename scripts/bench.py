@@ -10,7 +10,9 @@
    <= 1.5). Peak memory is measured for each scheme in a fresh process: the largest resident set seen (sampled every
    0.2 ms while its first forward runs, with glibc returning every allocation of 64 KiB or more to the OS) above the
    resident set just before it — what a mask kept for the next forward costs is in it.
-4. On CUDA (not measured on a CPU): tokens/s and MFU, FlexAttention against flash causal and SDPA with a mask.
+4. On CUDA (not measured on a CPU): the training step of model=small at L=512, compiled, bf16: tokens/s and MFU,
+   every bias scheme on FlexAttention (attention.backend=flex) ÷ NoPE on flash causal (target <= 1.3) and ÷ itself
+   on SDPA with a materialised mask. Written before a GPU was lent: not yet run.
 
 Writes results/benchmarks/<device>-<date>.csv and .md and prints the table. Usage:
 
@@ -303,10 +305,55 @@ def main() -> None:
                          "ratio": round(mr, 3), "what": "peak memory ÷ nope's", "target": MEMORY_TARGET,
                          "verdict": verdict(mr, MEMORY_TARGET), "note": f"{peaks[n] / 2**20:,.0f} MiB"})
         print(f"[3] evaluation at {shape} measured", flush=True)
-    if dev.type != "cuda":
+    if dev.type == "cuda":
+        rows += flex_section(dev, ctx, args, g)
+        print("[4] flex vs flash causal and vs SDPA with a mask measured", flush=True)
+    else:
         rows.append({"section": "4 cuda", "scheme": "", "shape": "", "tokens_per_s": "", "ratio": "", "what": "",
                      "target": "", "verdict": "", "note": "not measured: needs a CUDA device"})
     write(rows, args, dev, time.perf_counter() - t0)
+
+
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks (spec sheets)
+
+
+def flex_section(dev: torch.device, ctx, args, g: torch.Generator) -> list[dict]:
+    """CUDA: the training step of model=small at L=512 (compiled, bf16), every bias scheme on FlexAttention and on
+    SDPA with a materialised mask, against NoPE on flash causal: tokens/s, MFU (6·N + 12·layers·d·T flops per
+    token over the device's bf16 peak), flex ÷ flash causal (target <= 1.3) and flex ÷ SDPA with a mask."""
+    L, B = 512, 16
+    data = torch.randint(0, VOCAB, (B, L + 1), generator=g).to(dev)
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    name = torch.cuda.get_device_name(dev)
+    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    runs = {("nope", "sdpa")} | {(n, b) for n in BIAS_SCHEMES for b in ("flex", "sdpa")}
+    fns, flops = {}, {}
+    for n, backend in sorted(runs):
+        m, c = model_for(n, "small", L, dev, (f"attention.backend={backend}",))
+        fns[(n, backend)] = train_step_fn(torch.compile(m), make_optimizer(m, c.train, dev), x, y, ctx, True)
+        flops[(n, backend)] = 6 * m.num_params() + 12 * c.model.n_layers * c.model.d_model * L
+        timed(fns[(n, backend)], dev, 3)  # compile and warm up
+    times = {k: [] for k in fns}
+    keys = sorted(fns)
+    for r in range(args.rounds):
+        for k in in_turn(keys, r):
+            times[k].append(timed(fns[k], dev, args.steps))
+    out = []
+    for n, backend in keys:
+        t = statistics.median(times[(n, backend)])
+        tps = B * L / t
+        mfu = f"MFU {tps * flops[(n, backend)] / peak:.1%}" if peak else "MFU: unknown peak"
+        vs_flash = statistics.median(a / b for a, b in zip(times[(n, backend)], times[("nope", "sdpa")]))
+        out.append({"section": "4 cuda train step", "scheme": n, "shape": f"small L={L} B={B} {backend}",
+                    "tokens_per_s": round(tps), "ratio": round(vs_flash, 3), "what": "step time ÷ nope's (flash causal)",
+                    "target": 1.3 if backend == "flex" else "", "verdict": verdict(vs_flash, 1.3) if backend == "flex"
+                    else "", "note": mfu})
+        if backend == "flex":
+            vs_mask = statistics.median(a / b for a, b in zip(times[(n, "flex")], times[(n, "sdpa")]))
+            out.append({"section": "4 cuda flex vs mask", "scheme": n, "shape": f"small L={L} B={B}",
+                        "tokens_per_s": "", "ratio": round(vs_mask, 3), "what": "flex step time ÷ sdpa+mask's",
+                        "target": "", "verdict": "", "note": ""})
+    return out
 
 
 def write(rows: list[dict], args, dev: torch.device, seconds: float) -> None:
