@@ -88,15 +88,37 @@ def row_blocks(T: int, rows: int) -> Iterator[tuple[int, int]]:
 class BiasRows:
     """A score bias built one block of query rows at a time: rows [i, j) against keys [0, j), the causal prefix
     (positions increase along the sequence). ``score_bias`` is a function of each (query, key) position pair, so a
-    block's bias is the same numbers as those rows of the whole one. ``full()``: the whole mask (1, H, T, T)."""
+    block's bias is the same numbers as those rows of the whole one. ``full()``: the whole mask (1, H, T, T).
 
-    def __init__(self, scheme, positions: torch.Tensor, layer: int, rows: int) -> None:
+    ``by_distance`` (positions 0..T−1 and a bias that is a function of i − j): the bias is computed once per
+    distance, (H, T), followed by −inf for the future, and each block is a window of that row — block[r, c] =
+    f(i + r − c), a Toeplitz matrix, read as an unfold of the row and its query rows taken in reverse: one copy per
+    block, causal mask included, whatever the scheme's math."""
+
+    def __init__(self, scheme, positions: torch.Tensor, layer: int, rows: int, by_distance: bool = False) -> None:
         self.scheme, self.positions, self.layer, self.rows = scheme, positions, layer, max(1, rows)
+        self.by_distance = by_distance
+        self._row: torch.Tensor | None = None
+
+    def _distance_row(self) -> torch.Tensor:
+        """(H, T + rows): the bias at distance T − 1 − c for column c < T, then −inf for ``rows`` columns: the
+        negative distances, a block's future keys."""
+        if self._row is None:
+            p = self.positions
+            row = self.scheme.score_bias(p[-1:], p, self.layer)[:, 0]  # (H, T): distance T − 1 − c
+            self._row = torch.cat([row, row.new_full((row.shape[0], self.rows), float("-inf"))], 1)
+        return self._row
 
     def block(self, i: int, j: int) -> torch.Tensor:
         """The mask of query rows [i, j) against keys [0, j): (1, H, j − i, j)."""
         q_pos, k_pos = self.positions[i:j], self.positions[:j]
-        bias = self.scheme.score_bias(q_pos, k_pos, self.layer)
+        if self.by_distance:
+            T, r = self.positions.shape[0], j - i
+            window = self._distance_row()[:, T - i - r: T + r - 1]  # F[s] = f(i + r − 1 − s), s < r + j − 1
+            reverse = torch.arange(r - 1, -1, -1, device=window.device)
+            return window.unfold(1, j, 1).index_select(1, reverse)[None]  # [row, c] = F[r − 1 − row + c]
+        else:
+            bias = self.scheme.score_bias(q_pos, k_pos, self.layer)
         if bias.requires_grad or not bias.is_contiguous() or bias._base is not None:
             return causal_bias_mask(bias, q_pos, k_pos)
         return mask_future_(bias, q_pos, k_pos, i)[None]

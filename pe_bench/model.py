@@ -152,25 +152,29 @@ class Decoder(nn.Module):
         """The scheme's score bias as an additive causal mask (1, H, T, T), or None. Outside autograd:
         - a mask of more than attention.MASK_BUDGET bytes is never built whole: attention gets BiasRows (a block of
           query rows at a time; positions must increase);
+        - a bias that is a function of i − j, at positions 0..T−1, is computed once per distance (BiasRows);
         - a smaller one that cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's
           parameters and buffers as they are (same tensors, same version counters: an optimizer step or a loaded
           state changes them) — is kept for the next forward pass: the evaluator's windows of one length build it
           once."""
         T, H = positions.shape[0], self.args.n_heads
+        if self.scheme.score_bias(positions[:1], positions[:1], layer) is None:
+            return None
         outside = not torch.is_grad_enabled()
+        by_distance = outside and default_positions and self.scheme.bias_by_distance()  # one value per distance
         if outside and H * T * T * 4 > attention.MASK_BUDGET and (
                 default_positions or bool((positions[1:] > positions[:-1]).all())):
-            if self.scheme.score_bias(positions[:1], positions[:1], layer) is None:
-                return None
-            return BiasRows(self.scheme, positions, layer, attention.MASK_BUDGET // (H * T * 4))
+            return BiasRows(self.scheme, positions, layer, attention.MASK_BUDGET // (H * T * 4), by_distance)
         key = None
         if outside and default_positions and not self.scheme.bias_per_layer:
             state = [*self.scheme.parameters(), *self.scheme.buffers()]
             key = (positions.shape[0], positions.device, tuple((t.data_ptr(), t._version) for t in state))
             if self._mask_cache is not None and self._mask_cache[0] == key:
                 return self._mask_cache[1]
-        bias = self.scheme.score_bias(positions, positions, layer)
-        mask = None if bias is None else causal_bias_mask(bias, positions, positions)
+        if by_distance:
+            mask = BiasRows(self.scheme, positions, layer, T, by_distance=True).block(0, T)
+        else:
+            mask = causal_bias_mask(self.scheme.score_bias(positions, positions, layer), positions, positions)
         if key is not None:  # (no module state is touched under autograd: torch.compile traces that path)
             self._mask_cache = (key, mask)
         return mask

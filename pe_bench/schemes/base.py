@@ -131,6 +131,11 @@ class Scheme(nn.Module):
         ``score_terms`` returned terms for this layer."""
         return None
 
+    def bias_by_distance(self) -> bool:
+        """Whether ``score_bias`` is a function of i − j alone (then attention may build it from one value per
+        distance: FlexAttention's table, the blocks of a long mask). Default: the scheme is ``relative``."""
+        return self.relative
+
     def has_score_terms(self) -> bool:
         """Whether ``score_terms`` can return terms (then no fused kernel can run this scheme)."""
         return type(self).score_terms is not Scheme.score_terms
@@ -150,7 +155,7 @@ class Scheme(nn.Module):
         gathered; any other is evaluated at each (query, key) pair."""
         if self.score_bias(positions[:1], positions[:1], layer) is None:
             return None
-        if self.relative:
+        if self.bias_by_distance():
             n = int(positions[-1] - positions[0]) + 1  # distances 0..n−1 (positions increase)
             table = self.score_bias(positions.new_tensor([n - 1]), torch.arange(n, device=positions.device),
                                     layer)[:, 0].float()  # (H, n): the bias at distance n − 1 − j

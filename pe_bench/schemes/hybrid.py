@@ -61,6 +61,9 @@ class Composite(Scheme):
     def has_score_terms(self) -> bool:
         return any(p.has_score_terms() for p in self.parts)
 
+    def bias_by_distance(self) -> bool:
+        return all(p.bias_by_distance() for p in self.parts if type(p).score_bias is not Scheme.score_bias)
+
     def flex_problem(self) -> str | None:
         return next((f"{p.name}: {r}" for p in self.parts if (r := p.flex_problem())), None)
 
