@@ -117,8 +117,10 @@ def model_for(name: str, model: str, seq_len: int, dev: torch.device, overrides:
         try:
             with torch.no_grad():
                 m(torch.zeros(1, length, dtype=torch.long, device=dev))
-        except LengthNotSupported:
+        except LengthNotSupported:  # the variant runs the probe too: every measured forward is a process's second
             m = build_model(cfg, VOCAB, with_options(spec, spec.eval_variants[0])).to(dev)
+            with torch.no_grad():
+                m(torch.zeros(1, length, dtype=torch.long, device=dev))
         m._mask_cache = None  # the probe's mask is not the measured forward's
     return m, cfg
 

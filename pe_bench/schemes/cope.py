@@ -40,11 +40,22 @@ class CoPE(Scheme):
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor:
         future = k_pos[None, :] > q_pos[:, None]
-        gates = torch.sigmoid((q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5).masked_fill(future, 0.0)
+        by_row = (q @ self.pos_emb[layer].to(q.dtype)).float()  # (B, H, Tq, p_max): q_i·e[p]
+        logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+        if not torch.is_grad_enabled():  # the same numbers, in place: a few (B, H, Tq, Tk) tensors fewer
+            pos = logits.sigmoid_().masked_fill_(future, 0.0).flip(-1).cumsum_(-1).flip(-1)
+            pos.clamp_(max=self.options.max_position - 1)  # Σ_{t >= j} g_it
+            at_upper = by_row.gather(-1, pos.ceil().long())
+            lower = pos.floor()
+            at_lower = by_row.gather(-1, lower.long())
+            w = pos.sub_(lower)
+            del lower
+            at_upper.mul_(w)
+            return at_upper.add_(at_lower.mul_(w.neg_().add_(1)))
+        gates = torch.sigmoid(logits).masked_fill(future, 0.0)
         pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=self.options.max_position - 1)  # Σ_{t >= j} g_it
         lower = pos.floor()
         w = pos - lower
-        by_row = (q @ self.pos_emb[layer].to(q.dtype)).float()  # (B, H, T, p_max): q_i·e[p]
         at_lower = by_row.gather(-1, lower.long())
         at_upper = by_row.gather(-1, pos.ceil().long())
         return at_upper * w + at_lower * (1 - w)
