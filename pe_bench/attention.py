@@ -109,14 +109,19 @@ class BiasRows:
             self._row = torch.cat([row, row.new_full((row.shape[0], self.rows), float("-inf"))], 1)
         return self._row
 
+    def reversed_block(self, i: int, j: int) -> torch.Tensor:
+        """``by_distance`` only: the mask of query rows j − 1, j − 2, …, i (in that order) against keys [0, j), a
+        view of the distance row (no copy): (1, H, j − i, j), [row, c] = F[row + c] = f(j − 1 − row − c)."""
+        T, r = self.positions.shape[0], j - i
+        window = self._distance_row()[:, T - i - r: T + r - 1]  # F[s] = f(i + r − 1 − s), s < r + j − 1
+        return window.unfold(1, j, 1)[None]
+
     def block(self, i: int, j: int) -> torch.Tensor:
         """The mask of query rows [i, j) against keys [0, j): (1, H, j − i, j)."""
         q_pos, k_pos = self.positions[i:j], self.positions[:j]
-        if self.by_distance:
-            T, r = self.positions.shape[0], j - i
-            window = self._distance_row()[:, T - i - r: T + r - 1]  # F[s] = f(i + r − 1 − s), s < r + j − 1
-            reverse = torch.arange(r - 1, -1, -1, device=window.device)
-            return window.unfold(1, j, 1).index_select(1, reverse)[None]  # [row, c] = F[r − 1 − row + c]
+        if self.by_distance:  # the reversed block's rows put back in order: one copy
+            reverse = torch.arange(j - i - 1, -1, -1, device=self.positions.device)
+            return self.reversed_block(i, j).index_select(2, reverse)
         else:
             bias = self.scheme.score_bias(q_pos, k_pos, self.layer)
         if bias.requires_grad or not bias.is_contiguous() or bias._base is not None:
@@ -142,7 +147,10 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: BiasRow
     the mask of one block, not of all T × T pairs, is in memory; it also skips every block's future keys."""
     out = torch.empty_like(q)
     for i, j in row_blocks(q.shape[2], bias.rows):
-        out[:, :, i:j] = attend(q[:, :, i:j], k[:, :, :j], v[:, :, :j], bias.block(i, j))
+        if bias.by_distance:  # the block's query rows in reverse order meet the mask as a view: no mask copy
+            out[:, :, i:j] = attend(q[:, :, i:j].flip(2), k[:, :, :j], v[:, :, :j], bias.reversed_block(i, j)).flip(2)
+        else:
+            out[:, :, i:j] = attend(q[:, :, i:j], k[:, :, :j], v[:, :, :j], bias.block(i, j))
     return out
 
 
