@@ -62,7 +62,8 @@ class CausalSelfAttention(nn.Module):
         ``mask``: the scheme's bias as a mask (sdpa, explicit). ``probe(layer, probs)``: sees the attention weights
         (B, H, T, T) (explicit attention, for diagnostics)."""
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, C // self.n_heads).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
+        H = self.n_heads
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))  # (B, H, T, D)
         q, k = scheme.rotate(q, k, positions)
         if backend == "flex":
             y = attend_flex(q, k, v, scheme.score_mod(q, k, positions, layer))
