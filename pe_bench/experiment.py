@@ -83,6 +83,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
             run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
                             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
                             data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device),
+                            attention_backend=cfg.attention.backend,
                             **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
                                            "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
             try:
@@ -198,7 +199,8 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
         _merge(run.path / WINDOWS_CSV, win_rows, WINDOW_COLUMNS, WINDOW_KEY)
         _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, POSITION_KEY)
         _merge(run.eval_csv, rows, EVAL_COLUMNS, EVAL_KEY)
-        run.update_meta(eval_csv_sha256=file_sha256(run.eval_csv))  # the report refuses an altered eval.csv
+        run.update_meta(eval_csv_sha256=file_sha256(run.eval_csv),  # the report refuses an altered eval.csv
+                        eval_attention_backend=cfg.attention.backend)
     return rows
 
 
