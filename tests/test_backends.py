@@ -4,12 +4,15 @@ blocked paths (query rows by blocks outside autograd) give the whole computation
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from typer.testing import CliRunner
 
 from pe_bench import attention, schemes
 from pe_bench.attention import backend_problem
+from pe_bench.cli import app
 from pe_bench.config import ConfigError, compose, scheme_spec, with_options
 from pe_bench.model import Decoder, ModelArgs
 from pe_bench.schemes import ModelShape
@@ -23,6 +26,7 @@ CASES = [(n, None) for n in schemes.available()] + [
 ]
 T = 3 * L_TRAIN  # past the training length: FIRE's progressive interpolation, T5's far buckets, RoPE beyond L
 OPTIONS = {"learned": {"beyond_table": "clamp"}}  # a learned table refuses lengths past it
+runner = CliRunner()
 
 
 def case_id(case) -> str:
@@ -136,3 +140,27 @@ def test_flex_and_explicit_are_accepted_where_they_apply():
     compose(["scheme=shaw", "scheme.values=false", "attention.backend=flex"])
     for name in schemes.available():
         compose([f"scheme={name}", "attention.backend=explicit"])
+
+
+def test_a_run_reevaluated_on_every_backend_gives_the_same_perplexity(smoke_args, tmp_path):
+    """The backend is not part of a run's identity: `pe-bench eval RUN attention.backend=...` re-evaluates the same
+    weights, at 1024 tokens (the mask by blocks for sdpa, whole for flex), to the same numbers; meta.json says which
+    backend evaluated last. A backend that cannot run the scheme is one line, exit 2."""
+    assert runner.invoke(app, ["train", "scheme=t5", *smoke_args, "--no-progress"]).exit_code == 0
+    run = next((tmp_path / "results" / "runs").iterdir())
+    ppl = {}
+    for backend in ("auto", "explicit", "flex"):
+        r = runner.invoke(app, ["eval", str(run), "eval.lengths=[1024]", "eval.modes=[nonoverlapping]",
+                                "eval.variants=false", f"attention.backend={backend}"])
+        assert r.exit_code == 0, r.output
+        ev = pd.read_csv(run / "eval.csv")
+        ppl[backend] = float(ev[(ev["L_eval"] == 1024) & (ev["scheme"] == "t5")]["ppl"].iloc[0])
+        assert pd.read_json(run / "meta.json", typ="series")["eval_attention_backend"] == backend
+    assert ppl["explicit"] == pytest.approx(ppl["auto"], rel=1e-5)
+    assert ppl["flex"] == pytest.approx(ppl["auto"], rel=1e-5)
+
+    assert runner.invoke(app, ["train", "scheme=shaw", *smoke_args, "--no-progress"]).exit_code == 0
+    shaw = next(p for p in (tmp_path / "results" / "runs").iterdir() if p.name.startswith("shaw"))
+    r = runner.invoke(app, ["eval", str(shaw), "attention.backend=sdpa"])
+    assert r.exit_code == 2 and "attention.backend=sdpa cannot add shaw's" in r.output
+    assert len(r.output.strip().splitlines()) == 1
