@@ -64,7 +64,7 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         H = self.n_heads
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))  # (B, H, T, D)
-        q, k = scheme.rotate(q, k, positions)
+        q, k = scheme.rotate(q, k, positions, layer)
         if backend == "flex":
             y = attend_flex(q, k, v, scheme.score_mod(q, k, positions, layer))
         elif backend == "sdpa":

@@ -12,6 +12,7 @@ A task run (task != lm) is named <task>-<scheme>-<model>-L<L>-s<seed>-<hash>; a 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -44,7 +45,7 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     d = asdict(cfg)
     for k in ("eval", "attention", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
-    d["scheme"] = {k: v for k, v in d["scheme"].items() if k != "eval_variants"}
+    d["scheme"] = {k: v for k, v in d["scheme"].items() if k != "eval_variants" and not _late_default(cfg, k, v)}
     if cfg.task.name == "lm":  # language modelling: the identity it had before tasks existed (same run names)
         d.pop("task")
     elif not (cfg.task.name == "passkey" and cfg.task.filler == "text"):  # a task that reads no corpus
@@ -60,6 +61,20 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
         ft.pop("parent" if not seed else "parent_config")
         d["finetune"] = ft
     return d
+
+
+def _late_default(cfg: Config, key: str, value: Any) -> bool:
+    """Whether ``scheme.<key>`` is an option added after runs were named, at its default (Scheme.late_options)."""
+    from pe_bench import schemes
+
+    name = cfg.scheme.get("name")
+    if name not in schemes.available():
+        return False
+    cls = schemes.get(name)
+    if key not in cls.late_options:
+        return False
+    default = next(f for f in dataclasses.fields(cls.Options) if f.name == key).default
+    return value == default
 
 
 def digest(d: Any, n: int = 8) -> str:

@@ -8,15 +8,15 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 from typer.testing import CliRunner
 
 from pe_bench import attention, schemes
 from pe_bench.attention import backend_problem
 from pe_bench.cli import app
-from pe_bench.config import ConfigError, compose, scheme_spec, with_options
+from pe_bench.config import ConfigError, compose, config_dir, scheme_spec, with_options
 from pe_bench.model import Decoder, ModelArgs
 from pe_bench.schemes import ModelShape
-from tests.test_schemes import L_TRAIN, scheme_yaml
 
 # Every registered scheme, plus the variants whose backends differ from their defaults'.
 CASES = [(n, None) for n in schemes.available()] + [
@@ -24,9 +24,14 @@ CASES = [(n, None) for n in schemes.available()] + [
     ("hybrid", {"parts": [{"name": "rope"}, {"name": "t5"}]}),
     ("hybrid", {"parts": [{"name": "sinusoidal"}, {"name": "xl"}]}),
 ]
+L_TRAIN = 16
 T = 3 * L_TRAIN  # past the training length: FIRE's progressive interpolation, T5's far buckets, RoPE beyond L
 OPTIONS = {"learned": {"beyond_table": "clamp"}}  # a learned table refuses lengths past it
 runner = CliRunner()
+
+
+def scheme_yaml(name: str) -> dict:
+    return yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text())
 
 
 def case_id(case) -> str:

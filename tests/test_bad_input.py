@@ -105,7 +105,7 @@ SCHEME_IDS = [f"{n}.{k}={v}" for n, k, _, v in SCHEME_CASES]
 
 @pytest.mark.parametrize("name,key,field,value", SCHEME_CASES, ids=SCHEME_IDS)
 def test_scheme_option_out_of_range(name, key, field, value):
-    scheme = {**scheme_yaml(name), **nested(key, value)}
+    scheme = {**scheme_yaml(name), **nested(key, [value] if field.is_list else value)}
     message = refused({"scheme": scheme})
     assert message.startswith(out_of_range(f"scheme.{key}", field, value)), message
 
@@ -115,14 +115,14 @@ PART_CASES = [c for c in SCHEME_CASES if c[0] in PARTS]
 
 @pytest.mark.parametrize("name,key,field,value", PART_CASES, ids=[f"{n}.{k}={v}" for n, k, _, v in PART_CASES])
 def test_composite_part_option_out_of_range(name, key, field, value):
-    parts = [{"name": "sinusoidal"}, {"name": name, **nested(key, value)}]
+    parts = [{"name": "sinusoidal"}, {"name": name, **nested(key, [value] if field.is_list else value)}]
     message = refused({"scheme": {"name": "hybrid", "parts": parts}})
     assert message.startswith(out_of_range(f"scheme.parts[1].{key}", field, value)), message
 
 
 @pytest.mark.parametrize("name,key,field,value", SCHEME_CASES, ids=SCHEME_IDS)
 def test_eval_variant_option_out_of_range(name, key, field, value):
-    scheme = {**scheme_yaml(name), "eval_variants": [nested(key, value)]}
+    scheme = {**scheme_yaml(name), "eval_variants": [nested(key, [value] if field.is_list else value)]}
     message = refused({"scheme": scheme})
     assert message.startswith(out_of_range(f"scheme.eval_variants[0].{key}", field, value)), message
 

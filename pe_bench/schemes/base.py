@@ -1,7 +1,7 @@
 """The scheme seam: a positional scheme may act at three places, each a no-op by default.
 
 - ``embed(x, positions)``      — the input embedding (absolute schemes add to, or convolve, the token embeddings);
-- ``rotate(q, k, positions)``  — the q/k vectors, per head, after projection (the RoPE family, xPos);
+- ``rotate(q, k, positions, layer)`` — the q/k vectors, per head, after projection (the RoPE family, xPos);
 - the attention scores, in two ways:
   - ``score_bias(q_pos, k_pos, layer)`` — an additive, content-independent bias on the logits, after the 1/sqrt(d)
     scaling (ALiBi, T5, KERPLE, Sandwich, FIRE). Built once per forward pass and shared by all layers unless the
@@ -82,6 +82,9 @@ class Scheme(nn.Module):
     # Options that may change after training (``pe-bench eval``, eval_variants): they act at evaluation only and
     # leave the trained weights' meaning intact (RoPE's context extension, the learned table's policy past its end).
     eval_options: ClassVar[tuple[str, ...]] = ()
+    # Options added after runs of this scheme were named: at their defaults they stay out of a run's identity, so
+    # those runs keep their names (and their results directories stay theirs).
+    late_options: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -105,8 +108,9 @@ class Scheme(nn.Module):
         """x: (B, T, C) token embeddings, positions: (T,) -> (B, T, C)."""
         return x
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q, k: (B, H, T, D), positions: (T,) -> transformed (q, k)."""
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """q, k: (B, H, T, D), positions: (T,) -> transformed (q, k) for ``layer`` (per-layer schemes)."""
         return q, k
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:

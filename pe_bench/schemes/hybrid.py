@@ -38,9 +38,10 @@ class Composite(Scheme):
             x = p.embed(x, positions)
         return x
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         for p in self.parts:
-            q, k = p.rotate(q, k, positions)
+            q, k = p.rotate(q, k, positions, layer)
         return q, k
 
     def inherit(self, state: dict[str, torch.Tensor], prefix: str, how: str) -> None:
@@ -80,19 +81,41 @@ class Composite(Scheme):
         return mod
 
 
+def check_part_names(parts: list[dict[str, Any]], composite: str) -> None:
+    """Each part names a registered scheme other than the composite itself."""
+    if not parts:
+        raise ValueError("scheme.parts is empty; list the schemes to compose, e.g. [{name: sinusoidal}]")
+    for i, part in enumerate(parts):
+        name = part.get("name")
+        if name not in REGISTRY or name == composite:
+            raise ValueError(f"scheme.parts[{i}].name: {name!r} is not a scheme to compose; choose from "
+                             f"{', '.join(sorted(n for n in REGISTRY if n != composite))}")
+
+
+def build_parts(parts: list[dict[str, Any]], shape: ModelShape) -> list[Scheme]:
+    """The schemes of ``[{name: <scheme>, <option>: <value>, ...}, ...]``, each with its own options."""
+    built = []
+    for i, part in enumerate(parts):
+        cls = REGISTRY[part["name"]]
+        values = {k: v for k, v in part.items() if k != "name"}
+        try:
+            part_options = cls.Options(**values)
+        except TypeError as e:
+            raise ValueError(f"scheme.parts[{i}]: bad options for {part['name']}: {e}") from None
+        try:
+            built.append(cls(part_options, shape))
+        except ValueError as e:  # the part's own checks name its options scheme.KEY: say which part
+            raise ValueError(re.sub(r"\bscheme\.", f"scheme.parts[{i}].", str(e))) from None
+    return built
+
+
 @dataclass
 class HybridOptions:
     # Each part: {name: <scheme>, <option>: <value>, ...}; options left out keep that scheme's defaults.
     parts: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "sinusoidal"}, {"name": "alibi"}])
 
     def __post_init__(self) -> None:
-        if not self.parts:
-            raise ValueError("scheme.parts is empty; list the schemes to compose, e.g. [{name: sinusoidal}]")
-        for i, part in enumerate(self.parts):
-            name = part.get("name")
-            if name not in REGISTRY or name == "hybrid":
-                raise ValueError(f"scheme.parts[{i}].name: {name!r} is not a scheme to compose; choose from "
-                                 f"{', '.join(sorted(n for n in REGISTRY if n != 'hybrid'))}")
+        check_part_names(self.parts, "hybrid")
 
 
 class Hybrid(Composite):
@@ -103,19 +126,7 @@ class Hybrid(Composite):
     Options = HybridOptions
 
     def __init__(self, options: HybridOptions, shape: ModelShape) -> None:
-        parts = []
-        for i, part in enumerate(options.parts):
-            cls = REGISTRY[part["name"]]
-            values = {k: v for k, v in part.items() if k != "name"}
-            try:
-                part_options = cls.Options(**values)
-            except TypeError as e:
-                raise ValueError(f"scheme.parts[{i}]: bad options for {part['name']}: {e}") from None
-            try:
-                parts.append(cls(part_options, shape))
-            except ValueError as e:  # the part's own checks name its options scheme.KEY: say which part
-                raise ValueError(re.sub(r"\bscheme\.", f"scheme.parts[{i}].", str(e))) from None
-        super().__init__(options, shape, parts)
+        super().__init__(options, shape, build_parts(options.parts, shape))
 
     def label(self) -> str:
         """``hybrid`` with its default parts; otherwise the parts' labels joined by '+', e.g. ``sinusoidal+t5``."""

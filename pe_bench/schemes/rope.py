@@ -93,6 +93,12 @@ class RoPEOptions:
     # Partial rotary: rotate the first ⌊fraction·head_dim⌋ dims of each head, rounded down to an even count; the
     # head dimension itself must be even (see the module docstring).
     rotary_fraction: float = ranged(1.0, gt=0, le=1)
+    # p-RoPE (Barbero et al. 2024, arXiv:2410.06205, §6): the fraction p of the highest frequencies that rotate; the
+    # other pairs (the lowest frequencies, d/2 − ⌊p·d/2⌋ of them) get θ = 0: position-free. 1 = RoPE, 0 = NoPE.
+    frequencies_kept: float = ranged(1.0, ge=0, le=1)
+    # HoPE (Chen et al. 2024, arXiv:2410.21216, §3): only frequencies that complete a period within the training
+    # length rotate (θ_k·L >= 2π); the others are position-free.
+    hope: bool = False
     scaling: RoPEScaling = field(default_factory=RoPEScaling)
 
     def __post_init__(self) -> None:
@@ -184,6 +190,7 @@ class RoPE(Scheme):
     relative = True
     Options = RoPEOptions
     eval_options = ("scaling",)
+    late_options = ("frequencies_kept", "hope")
 
     def __init__(self, options: RoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
@@ -197,15 +204,29 @@ class RoPE(Scheme):
         if sc.type in ("ntk", "dynamic") and self.rot_dim <= 2:  # b·s^(d/(d−2)) needs d > 2
             raise ValueError(f"scheme.scaling.type={sc.type} needs a rotary dimension above 2, but this head "
                              f"rotates {self.rot_dim}; raise scheme.rotary_fraction or the head dimension")
+        self.rotating = self.rotating_pairs()
         # Every type but dynamic is independent of the length: computed once, moved with the module.
         theta, self.attention = self.frequencies(shape.train_seq_len)
         self.register_buffer("theta", theta, persistent=False)
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
-        """θ'_k (rot_dim/2,) float64 and the attention factor at current sequence length ``seq_len``."""
-        return scaled_inv_freq(self.rot_dim, self.options.base, self.options.scaling, self.original_length, seq_len)
+        """θ'_k (rot_dim/2,) float64 and the attention factor at current sequence length ``seq_len``; the pairs that
+        p-RoPE or HoPE leave position-free have θ = 0 (a rotation by 0: the identity), also after any scaling."""
+        theta, attention = scaled_inv_freq(self.rot_dim, self.options.base, self.options.scaling,
+                                           self.original_length, seq_len)
+        return theta * self.rotating.to(theta.dtype), attention
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotating_pairs(self) -> torch.Tensor:
+        """(rot_dim/2,) bool: the pairs that rotate. p-RoPE keeps the ⌊p·d/2⌋ highest frequencies (the first k);
+        HoPE those whose unscaled frequency completes a period within the training length, θ_k·L >= 2π."""
+        theta = inv_freq(self.rot_dim, self.options.base)
+        keep = torch.arange(theta.shape[0]) < int(self.options.frequencies_kept * theta.shape[0] + 1e-9)
+        if self.options.hope:  # the length the weights were trained at (not an eval-time scaling.original_length)
+            keep &= theta * self.shape.pretrained_length >= 2 * math.pi
+        return keep
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         theta, attention = self.theta, self.attention
         if self.options.scaling.type == "dynamic":
             theta, attention = self.frequencies(int(positions.max()) + 1)

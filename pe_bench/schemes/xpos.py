@@ -46,7 +46,8 @@ class XPos(Scheme):
         require_even_head_dim(self.name, shape)
         self.rot_dim = shape.head_dim
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+               layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         angles = rope_angles(positions, self.rot_dim, self.options.base)
         zeta = xpos_zeta(self.rot_dim, self.options.gamma).to(positions.device)
         centre = (positions.min() + positions.max()).to(torch.float64) / 2

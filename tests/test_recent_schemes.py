@@ -1,0 +1,109 @@
+"""The schemes of 2024–2026 (issue 14), by hand from the papers' definitions: per-layer patterns (RNoPE/SmolLM3),
+p-RoPE's truncated frequencies, HoPE's position-free low frequencies. The conformance suite (tests/test_schemes.py)
+runs on them automatically."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pe_bench.config import compose
+from pe_bench.model import Decoder, ModelArgs
+from pe_bench.runs import run_name
+from pe_bench.schemes import ModelShape
+from pe_bench.schemes.alibi import ALiBi, ALiBiOptions
+from pe_bench.schemes.layered import Layered, LayeredOptions
+from pe_bench.schemes.rope import RoPE, RoPEOptions
+
+
+def shape(n_layers: int = 8, L: int = 64) -> ModelShape:
+    return ModelShape(d_model=16, n_heads=2, head_dim=8, train_seq_len=L, n_layers=n_layers)
+
+
+def rotated_pairs(rope: RoPE, m: int = 5) -> list[bool]:
+    """Which of the head's 4 pairs (layout half: dims k and k + 4) a rotation at position m changes."""
+    q = torch.randn(1, 1, 1, 8, generator=torch.Generator().manual_seed(0))
+    qr, _ = rope.rotate(q, q, torch.tensor([m]))
+    changed = (qr - q).abs()[0, 0, 0] > 1e-6
+    return [bool(changed[k] or changed[k + 4]) for k in range(4)]
+
+
+def test_hope_rotates_only_the_frequencies_that_complete_a_period_within_L():
+    """d = 8, b = 10⁴: θ = 1, 0.1, 0.01, 0.001; with L = 64, θ·L = 64, 6.4, 0.64, 0.064 against 2π = 6.28:
+    the first two pairs rotate, the last two are position-free."""
+    rope = RoPE(RoPEOptions(hope=True), shape(L=64))
+    assert rope.rotating.tolist() == [True, True, False, False]
+    assert rotated_pairs(rope) == [True, True, False, False]
+    assert RoPE(RoPEOptions(hope=True), shape(L=63)).rotating.tolist() == [True, True, False, False]  # 6.3 > 2π
+    assert RoPE(RoPEOptions(hope=True), shape(L=62)).rotating.tolist() == [True, False, False, False]  # 6.2 < 2π
+
+
+@pytest.mark.parametrize("p, pairs", [(1.0, [True] * 4), (0.75, [True, True, True, False]),
+                                      (0.5, [True, True, False, False]), (0.3, [True, False, False, False]),
+                                      (0.0, [False] * 4)])
+def test_p_rope_keeps_the_highest_fraction_p_of_frequencies(p, pairs):
+    rope = RoPE(RoPEOptions(frequencies_kept=p), shape())
+    assert rope.rotating.tolist() == pairs and rotated_pairs(rope) == pairs
+    theta = rope.theta.tolist()
+    for k in range(4):
+        assert theta[k] == (pytest.approx(10000 ** (-2 * k / 8)) if pairs[k] else 0.0)
+
+
+def test_position_free_pairs_stay_free_under_eval_time_scaling():
+    rope = RoPE(RoPEOptions(frequencies_kept=0.5, scaling={"type": "yarn", "factor": 8}), shape())
+    assert rope.theta[2:].tolist() == [0.0, 0.0] and (rope.theta[:2] > 0).all()
+    assert RoPE(RoPEOptions(frequencies_kept=0.0), shape()).label() == "rope[frequencies_kept=0.0]"
+
+
+def test_run_names_of_plain_rope_are_unchanged_by_the_new_options():
+    """frequencies_kept and hope at their defaults stay out of the identity: the committed results' rope run keeps
+    its name; setting one gives a new name."""
+    assert run_name(compose(["scheme=rope"])) == "rope-tiny-shakespeare-L64-s0-7397d1b0"
+    assert run_name(compose(["scheme=rope", "scheme.hope=true"])) != run_name(compose(["scheme=rope"]))
+
+
+def test_layered_default_is_rope_with_nope_on_every_fourth_layer():
+    s = Layered(LayeredOptions(), shape(n_layers=8))
+    assert [s.part(layer).name for layer in range(8)] == ["rope", "rope", "rope", "nope"] * 2
+    q = torch.randn(1, 2, 6, 8)
+    pos = torch.arange(6) + 3
+    for layer in range(8):
+        qr, kr = s.rotate(q, q, pos, layer)
+        if layer % 4 == 3:
+            assert torch.equal(qr, q) and torch.equal(kr, q)
+        else:
+            torch.testing.assert_close(qr, RoPE(RoPEOptions(), shape()).rotate(q, q, pos)[0])
+    assert s.label() == "layered" and s.relative
+
+
+def test_layered_biases_come_from_each_layers_scheme():
+    s = Layered(LayeredOptions(parts=[{"name": "rope"}, {"name": "alibi"}], pattern=[0, 1]), shape(n_layers=4))
+    pos = torch.arange(5)
+    assert s.score_bias(pos, pos, 0) is None and s.score_bias(pos, pos, 2) is None
+    expected = ALiBi(ALiBiOptions(), shape()).score_bias(pos, pos)
+    torch.testing.assert_close(s.score_bias(pos, pos, 3), expected)
+    assert s.label() == "rope/alibi" and s.bias_per_layer
+
+
+@pytest.mark.parametrize("parts, pattern, plain", [([{"name": "rope"}], [0], "rope"),
+                                                   ([{"name": "rope"}, {"name": "nope"}], [1], "nope")])
+def test_a_pattern_of_one_scheme_is_that_scheme(parts, pattern, plain):
+    """Same weights, same logits: a per-layer pattern that always picks one scheme is exactly that scheme."""
+    from pe_bench.schemes import get
+
+    args = ModelArgs(vocab_size=40, n_layers=3, d_model=16, n_heads=2)
+    torch.manual_seed(0)
+    layered = Decoder(args, Layered(LayeredOptions(parts=parts, pattern=pattern), shape(n_layers=3)))
+    cls = get(plain)
+    torch.manual_seed(0)
+    single = Decoder(args, cls(cls.Options(), shape(n_layers=3)))
+    single.load_state_dict(layered.state_dict(), strict=False)
+    x = torch.randint(0, 40, (2, 20))
+    torch.testing.assert_close(layered(x), single(x), rtol=0, atol=0)
+
+
+def test_layered_refuses_parts_that_act_on_the_input():
+    with pytest.raises(ValueError, match=r"scheme.parts\[1\] \(learned\) acts on the input embedding"):
+        Layered(LayeredOptions(parts=[{"name": "rope"}, {"name": "learned"}], pattern=[0, 1]), shape())
+    with pytest.raises(ValueError, match="scheme.pattern has 3"):
+        LayeredOptions(parts=[{"name": "rope"}], pattern=[0, 3])
