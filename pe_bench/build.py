@@ -16,9 +16,12 @@ def build_scheme(cfg: Config, spec: SchemeSpec | None = None) -> Scheme:
 def build_model(cfg: Config, vocab_size: int, spec: SchemeSpec | None = None) -> Decoder:
     m = cfg.model
     scheme = build_scheme(cfg, spec)
-    problem = backend_problem(cfg.attention.backend, scheme)
-    if problem:
+    backend = cfg.attention.backend
+    problem = backend_problem(backend, scheme)
+    if problem and spec is None:
         raise ConfigError(problem)
+    if problem:  # an eval-time variant the requested backend cannot run (ReRoPE on flex): auto, the same numbers
+        backend = "auto"
     args = ModelArgs(vocab_size=vocab_size, n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads,
-                     mlp_ratio=m.mlp_ratio, dropout=m.dropout, backend=cfg.attention.backend)
+                     mlp_ratio=m.mlp_ratio, dropout=m.dropout, backend=backend)
     return Decoder(args, scheme)

@@ -32,6 +32,7 @@ SCHEMES: dict[str, tuple[str, str, str]] = {
     "hybrid": ("#9a9a00", "P", "input"),
     "rope": ("#1f4fd6", "s", "qk"),
     "xpos": ("#800000", "X", "qk"),
+    "layered": ("#42d4f4", "x", "qk"),
     "alibi": ("#e6194b", "v", "scores"),
     "t5": ("#f58231", "<", "scores"),
     "xl": ("#000075", ">", "scores"),
@@ -60,6 +61,7 @@ VARIANTS: dict[str, tuple[float, str]] = {
     "rope+yarn×8": (0.35, "longdash"),
     "rope+llama3×8": (-0.2, "dotted"),
     "rope+linear×8": (0.5, "dashdotdot"),
+    "rope+rerope": (-0.5, "shortdash"),
     "learned[beyond_table=clamp]": (0.35, "dashed"),
     "learned[beyond_table=extend]": (-0.35, "dotted"),
 }

@@ -11,8 +11,8 @@ A task run (task != lm) is named <task>-<scheme>-<model>-L<L>-s<seed>-<hash>; a 
 
 from __future__ import annotations
 
+import copy
 import csv
-import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -45,7 +45,7 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     d = asdict(cfg)
     for k in ("eval", "attention", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
-    d["scheme"] = {k: v for k, v in d["scheme"].items() if k != "eval_variants" and not _late_default(cfg, k, v)}
+    d["scheme"] = _without_late_defaults(cfg, {k: v for k, v in d["scheme"].items() if k != "eval_variants"})
     if cfg.task.name == "lm":  # language modelling: the identity it had before tasks existed (same run names)
         d.pop("task")
     elif not (cfg.task.name == "passkey" and cfg.task.filler == "text"):  # a task that reads no corpus
@@ -63,18 +63,25 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     return d
 
 
-def _late_default(cfg: Config, key: str, value: Any) -> bool:
-    """Whether ``scheme.<key>`` is an option added after runs were named, at its default (Scheme.late_options)."""
+def _without_late_defaults(cfg: Config, scheme: dict[str, Any]) -> dict[str, Any]:
+    """The scheme's options without those added after runs were named (``Scheme.late_options``, dotted for nested
+    options such as ``scaling.window``) where they hold their defaults."""
     from pe_bench import schemes
 
-    name = cfg.scheme.get("name")
-    if name not in schemes.available():
-        return False
+    name = scheme.get("name")
+    if name not in schemes.available() or not schemes.get(name).late_options:
+        return scheme
     cls = schemes.get(name)
-    if key not in cls.late_options:
-        return False
-    default = next(f for f in dataclasses.fields(cls.Options) if f.name == key).default
-    return value == default
+    out = copy.deepcopy(scheme)
+    for dotted in cls.late_options:
+        *path, leaf = dotted.split(".")
+        default: Any = cls.Options()
+        where: Any = out
+        for part in path:
+            default, where = getattr(default, part), where.get(part) if isinstance(where, dict) else None
+        if isinstance(where, dict) and leaf in where and where[leaf] == getattr(default, leaf):
+            del where[leaf]
+    return out
 
 
 def digest(d: Any, n: int = 8) -> str:

@@ -66,7 +66,7 @@ def test_rope_extensions_are_rows_of_their_own_and_can_be_added_at_eval_time(smo
     assert invoke("train", "scheme=rope", *smoke_args, "--no-progress").exit_code == 0
     run = only_run(tmp_path / "results")
     ev = pd.read_csv(run / "eval.csv")
-    extensions = {"rope+linear×8", "rope+ntk×8", "rope+dynamic", "rope+yarn×8", "rope+llama3×8"}
+    extensions = {"rope+linear×8", "rope+ntk×8", "rope+dynamic", "rope+yarn×8", "rope+llama3×8", "rope+rerope"}
     assert set(ev["scheme"]) == {"rope"} | extensions
     assert (ev["status"] == "ok").all() and (ev["base_scheme"] == "rope").all()
     ok = ev[ev["mode"] == "nonoverlapping"].set_index(["scheme", "L_eval"])["ppl"]
@@ -122,7 +122,8 @@ def test_schemes_lists_every_registered_scheme_on_one_line():
     (["scheme=rope", "scheme.bas=1"], "unknown config key 'scheme.bas'"),
     (["eval.modes=[nonoverlapping,strided]"], "eval.modes has ['strided']"),
     (["train.random_positions=10"], "train.random_positions=10 must be 0 (off) or at least train.seq_len=64"),
-    (["scheme=rope", "scheme.scaling.type=longrope"], "scheme.scaling.type must be one of"),
+    (["scheme=rope", "scheme.scaling.type=su"], "scheme.scaling.type must be one of"),
+    (["scheme=rope", "scheme.scaling.type=longrope"], "needs scheme.scaling.long_factor"),
     (["scheme=hybrid", "scheme.parts=[{name:sinusoidal},{name:nosuch}]"], "'nosuch' is not a scheme to compose"),
     (["data=local"], "data.source=local needs data.path"),
     (["model.d_model=100", "model.n_heads=3"], "must be divisible by model.n_heads=3"),

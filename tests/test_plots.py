@@ -81,8 +81,8 @@ def test_registered_schemes_get_pairwise_distinct_styles_and_colours():
     names = sorted(catalog())
     assert sorted(SCHEMES) == names  # a new scheme gets its own entry in the table
     styles = [expected(n) for n in names]
-    assert len(set(styles)) == len(names) == 16
-    assert len({s[0] for s in styles}) == 16  # 16 distinct colours, not just distinct combinations
+    assert len(set(styles)) == len(names) >= 17
+    assert len({s[0] for s in styles}) == len(names)  # distinct colours, not just distinct combinations
     assert all(s[1] == expected("nope")[1] for s in styles)  # each scheme as trained: a solid line
 
 

@@ -4,6 +4,8 @@ runs on them automatically."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -107,3 +109,38 @@ def test_layered_refuses_parts_that_act_on_the_input():
         Layered(LayeredOptions(parts=[{"name": "rope"}, {"name": "learned"}], pattern=[0, 1]), shape())
     with pytest.raises(ValueError, match="scheme.pattern has 3"):
         LayeredOptions(parts=[{"name": "rope"}], pattern=[0, 3])
+
+
+def test_longrope_divides_each_frequency_by_its_factor_and_switches_past_L():
+    """HF's "longrope": θ_k / λ_k with short_factor up to L and long_factor past it; attention factor
+    √(1 + ln s / ln L)."""
+    sc = {"type": "longrope", "factor": 8, "long_factor": [1.0, 2.0, 4.0, 8.0], "short_factor": [1.0, 1.0, 1.5, 2.0]}
+    rope = RoPE(RoPEOptions(scaling=sc), shape(L=64))
+    base = [10000 ** (-2 * k / 8) for k in range(4)]
+    short, attention = rope.frequencies(64)
+    long, _ = rope.frequencies(65)
+    assert short.tolist() == pytest.approx([t / f for t, f in zip(base, sc["short_factor"])])
+    assert long.tolist() == pytest.approx([t / f for t, f in zip(base, sc["long_factor"])])
+    assert attention == pytest.approx(math.sqrt(1 + math.log(8) / math.log(64)))
+    assert rope.label() == "rope+longrope×8[long_factor=[1.0, 2.0, 4.0, 8.0],short_factor=[1.0, 1.0, 1.5, 2.0]]"
+    with pytest.raises(ValueError, match="long_factor has 2 factors; this head rotates 8 dimensions: give 4"):
+        RoPE(RoPEOptions(scaling={**sc, "long_factor": [1.0, 2.0]}), shape())
+
+
+def test_rerope_clips_relative_positions_at_the_window():
+    """ReRoPE with w = 3: the logit of (i, j) is q·R(min(i − j, w))·k — by hand, rotating unrotated q and k by the
+    clipped distance — and plain RoPE's within the window."""
+    rope = RoPE(RoPEOptions(), shape(L=16))
+    rerope = RoPE(RoPEOptions(scaling={"type": "rerope", "window": 3}), shape(L=16))
+    assert rerope.has_score_terms() and not rope.has_score_terms() and rerope.label() == "rope+rerope[window=3]"
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 2, 8, 8, generator=g), torch.randn(1, 2, 8, 8, generator=g)
+    pos = torch.arange(8) + 5
+    qr, kr = rerope.rotate(q, k, pos)
+    logits = qr @ kr.transpose(-1, -2) / math.sqrt(8) + rerope.score_terms(qr, kr, pos, pos, 0)
+    for i, j in [(7, 0), (7, 4), (7, 5), (3, 3), (4, 1), (4, 2)]:
+        d = min(i - j, 3)
+        qd, _ = rope.rotate(q[:, :, i:i + 1], q[:, :, i:i + 1], torch.tensor([d]))
+        expected = (qd[0, :, 0] * k[0, :, j]).sum(-1) / math.sqrt(8)
+        torch.testing.assert_close(logits[0, :, i, j], expected, atol=1e-5, rtol=0)
+    assert RoPE(RoPEOptions(scaling={"type": "rerope"}), shape(L=16)).window == 16  # default: the training length

@@ -122,6 +122,8 @@ def test_dynamic_uses_the_current_length():
 
 def test_bad_scaling_is_rejected():
     with pytest.raises(ValueError, match="scaling.type must be one of"):
-        RoPEScaling(type="longrope")
+        RoPEScaling(type="su")
+    with pytest.raises(ValueError, match="needs scheme.scaling.long_factor and scheme.scaling.short_factor"):
+        RoPEScaling(type="longrope", factor=8)
     with pytest.raises(ValueError, match="factor must be >= 1"):
         RoPEScaling(type="linear", factor=0.5)

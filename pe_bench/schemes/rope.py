@@ -11,10 +11,17 @@ base b, original (training) length L, exactly as Hugging Face ``modeling_rope_ut
 - ``yarn``    — YaRN (Peng et al. 2024, eq. 17–22): per-dimension blend of θ_k/s and θ_k by a linear ramp between
   the dimensions where L/λ_k crosses β=32 and α=1 rotations, and attention temperature √(1/t) = 0.1·ln s + 1;
 - ``llama3``  — Llama 3.1: wavelengths λ_k above L/low_freq_factor use θ_k/s, below L/high_freq_factor θ_k, and
-  a smooth blend in between.
+  a smooth blend in between;
+- ``longrope`` — LongRoPE (Ding et al. 2024, arXiv:2402.13753), as Hugging Face defines it: θ_k / λ_k with given
+  per-dimension factors λ (``long_factor`` past L, ``short_factor`` up to it; d/2 numbers each, usually found by the
+  paper's search and read from a model's config), attention factor √(1 + ln s / ln L);
+- ``rerope``  — ReRoPE (Su 2023, "Rectified Rotary Position Embeddings"): relative positions clipped at a window w
+  (``window``, default L): exact within w, w beyond — logits q_i·R(w)·k_j for i − j >= w, computed as score terms
+  from a second q·k product (so RoPE with ReRoPE runs explicit attention).
 
 Each scaling type reads only its own fields (linear, ntk: factor; dynamic: + original_length; yarn: + beta_fast,
-beta_slow, attention_factor; llama3: + low_freq_factor, high_freq_factor); setting another is refused, not ignored.
+beta_slow, attention_factor; llama3: + low_freq_factor, high_freq_factor; longrope: factor, original_length,
+long_factor, short_factor, attention_factor; rerope: window); setting another is refused, not ignored.
 
 Head dimension: rotation acts on pairs of dimensions, so the head dimension d_model / n_heads must be even. An odd
 one is an error when the config is composed (naming the fix), not a silently unrotated last dimension that no row
@@ -35,7 +42,7 @@ from pe_bench.ranges import fmt, ranged
 from pe_bench.schemes.base import ModelShape, Scheme, options_label
 
 LAYOUTS = ("half", "interleaved")
-SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
+SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "rerope")
 # The RoPEScaling fields each type reads (scaled_inv_freq); the others must keep their defaults.
 SCALING_READS = {
     "none": (),
@@ -44,6 +51,8 @@ SCALING_READS = {
     "dynamic": ("factor", "original_length"),
     "yarn": ("factor", "original_length", "beta_fast", "beta_slow", "attention_factor"),
     "llama3": ("factor", "original_length", "low_freq_factor", "high_freq_factor"),
+    "longrope": ("factor", "original_length", "long_factor", "short_factor", "attention_factor"),
+    "rerope": ("window",),
 }
 
 
@@ -66,6 +75,9 @@ class RoPEScaling:
     attention_factor: float | None = ranged(None, gt=0, hint="null = 0.1·ln(s) + 1")  # yarn: None = 0.1·ln s + 1
     low_freq_factor: float = ranged(1.0, gt=0)  # llama3
     high_freq_factor: float = ranged(4.0, gt=0)  # llama3 (> low_freq_factor)
+    long_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k past L
+    short_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k up to L
+    window: int | None = ranged(None, ge=1, hint="null = the training length")  # rerope: w
 
     def __post_init__(self) -> None:
         if self.type not in SCALINGS:
@@ -81,6 +93,9 @@ class RoPEScaling:
         if self.high_freq_factor <= self.low_freq_factor:
             raise ValueError(f"scheme.scaling.high_freq_factor={fmt(self.high_freq_factor)} must exceed "
                              f"scheme.scaling.low_freq_factor={fmt(self.low_freq_factor)}")
+        if self.type == "longrope" and (self.long_factor is None or self.short_factor is None):
+            raise ValueError("scheme.scaling.type=longrope needs scheme.scaling.long_factor and "
+                             "scheme.scaling.short_factor (d/2 factors each, e.g. a model's rope_scaling config)")
         if self.beta_fast <= self.beta_slow:
             raise ValueError(f"scheme.scaling.beta_fast={fmt(self.beta_fast)} must exceed "
                              f"scheme.scaling.beta_slow={fmt(self.beta_slow)} (β > α rotations)")
@@ -144,6 +159,13 @@ def scaled_inv_freq(rot_dim: int, base: float, sc: RoPEScaling, original_length:
         ell = max(seq_len, original_length)
         return inv_freq(d, base * (s * ell / original_length - (s - 1)) ** (d / (d - 2))), 1.0
     theta = inv_freq(d, base)
+    if sc.type == "rerope":  # the frequencies are RoPE's; the window acts on the logits (RoPE.score_terms)
+        return theta, 1.0
+    if sc.type == "longrope":
+        factors = sc.long_factor if seq_len > original_length else sc.short_factor
+        attention = sc.attention_factor if sc.attention_factor is not None else (
+            math.sqrt(1 + math.log(s) / math.log(original_length)) if s > 1 else 1.0)
+        return theta / torch.tensor(factors, dtype=torch.float64), attention
     if sc.type == "yarn":
         low, high = yarn_correction_range(d, base, original_length, sc.beta_fast, sc.beta_slow)
         high = high + 0.001 if low == high else high
@@ -190,7 +212,7 @@ class RoPE(Scheme):
     relative = True
     Options = RoPEOptions
     eval_options = ("scaling",)
-    late_options = ("frequencies_kept", "hope")
+    late_options = ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window")
 
     def __init__(self, options: RoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
@@ -201,6 +223,12 @@ class RoPE(Scheme):
                              f"{shape.head_dim}-dim head; raise it")
         sc = options.scaling
         self.original_length = sc.original_length or shape.pretrained_length
+        for key in ("long_factor", "short_factor"):
+            factors = getattr(sc, key)
+            if factors is not None and len(factors) != self.rot_dim // 2:
+                raise ValueError(f"scheme.scaling.{key} has {len(factors)} factors; this head rotates "
+                                 f"{self.rot_dim} dimensions: give {self.rot_dim // 2} (one per pair)")
+        self.window = sc.window or shape.pretrained_length  # rerope
         if sc.type in ("ntk", "dynamic") and self.rot_dim <= 2:  # b·s^(d/(d−2)) needs d > 2
             raise ValueError(f"scheme.scaling.type={sc.type} needs a rotary dimension above 2, but this head "
                              f"rotates {self.rot_dim}; raise scheme.rotary_fraction or the head dimension")
@@ -228,12 +256,31 @@ class RoPE(Scheme):
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         theta, attention = self.theta, self.attention
-        if self.options.scaling.type == "dynamic":
+        if self.options.scaling.type in ("dynamic", "longrope"):  # frequencies depend on the current length
             theta, attention = self.frequencies(int(positions.max()) + 1)
         angles = rope_angles(positions, self.rot_dim, self.options.base, theta)
         # YaRN's temperature multiplies cos and sin (HF attention_factor), so q·k gains attention².
         return (apply_rotary(q, angles, self.options.layout, attention),
                 apply_rotary(k, angles, self.options.layout, attention))
+
+    def has_score_terms(self) -> bool:
+        return self.options.scaling.type == "rerope"
+
+    def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                    layer: int) -> torch.Tensor | None:
+        """ReRoPE only: for i − j >= w the logit is q_i·R(w)·k_j instead of q_i·R(i − j)·k_j. From the rotated
+        q_i = R(i)q and k_j = R(j)k: R(w − i)q_i · R(−j)k_j; the terms are that minus the rotated q·k there, 0
+        elsewhere. (B, H, Tq, Tk)."""
+        if not self.has_score_terms():
+            return None
+        angles = lambda p: rope_angles(p, self.rot_dim, self.options.base, self.theta)  # noqa: E731
+        far_q = apply_rotary(q, angles(self.window - q_pos), self.options.layout)
+        far_k = apply_rotary(k, angles(-k_pos), self.options.layout)
+        scale = q.shape[-1] ** -0.5
+        near = (q @ k.transpose(-1, -2)).float() * scale
+        far = (far_q @ far_k.transpose(-1, -2)).float() * scale
+        beyond = (q_pos[:, None] - k_pos[None, :]) >= self.window
+        return torch.where(beyond, far - near, torch.zeros((), device=q.device))
 
     def label(self) -> str:
         """``rope+yarn×8`` for a scaled model (plus any other changed option in brackets)."""
@@ -243,6 +290,7 @@ class RoPE(Scheme):
             return base
         extra = [f"{f.name}={getattr(sc, f.name)}" for f in dataclasses.fields(sc)
                  if f.name not in ("type", "factor") and getattr(sc, f.name) != f.default]
-        tag = f"+{sc.type}" + (f"×{sc.factor:g}" if not (sc.type == "dynamic" and sc.factor == 1) else "")
+        tag = f"+{sc.type}" + (f"×{sc.factor:g}" if not (sc.type in ("dynamic", "rerope") and sc.factor == 1)
+                               else "")
         return base + tag + (f"[{','.join(extra)}]" if extra else "")
 
