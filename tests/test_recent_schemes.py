@@ -144,3 +144,25 @@ def test_rerope_clips_relative_positions_at_the_window():
         expected = (qd[0, :, 0] * k[0, :, j]).sum(-1) / math.sqrt(8)
         torch.testing.assert_close(logits[0, :, i, j], expected, atol=1e-5, rtol=0)
     assert RoPE(RoPEOptions(scaling={"type": "rerope"}), shape(L=16)).window == 16  # default: the training length
+
+
+def test_dape_adds_the_bias_and_an_mlp_of_every_heads_logit_and_bias():
+    """DAPE eq. 5 by hand at a few (i, j): terms = B_h + [W2·LeakyReLU(W1·x + b1) + b2]_h with x the 2H numbers
+    (q·k/√d of every head, then B of every head) at (i, j), the MLP of that layer."""
+    from pe_bench.schemes.dape import DAPE, DAPEOptions
+
+    torch.manual_seed(0)
+    s = DAPE(DAPEOptions(mlp_width=5), shape(n_layers=2))
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 2, 6, 8, generator=g), torch.randn(1, 2, 6, 8, generator=g)
+    pos = torch.arange(6)
+    terms = s.score_terms(q, k, pos, pos, 1)
+    bias = ALiBi(ALiBiOptions(), shape()).score_bias(pos, pos)  # slopes 1/2^4, 1/2^8 for H = 2
+    lin1, lin2 = s.mlps[1][0], s.mlps[1][2]
+    for i, j in [(5, 0), (5, 5), (3, 1)]:
+        logits = (q[0, :, i] * k[0, :, j]).sum(-1) / math.sqrt(8)
+        x = torch.cat([logits, bias[:, i, j]])
+        h = lin1.weight @ x + lin1.bias
+        f = lin2.weight @ torch.where(h > 0, h, 0.01 * h) + lin2.bias
+        torch.testing.assert_close(terms[0, :, i, j], bias[:, i, j] + f, atol=1e-6, rtol=0)
+    assert bias[1, 5, 0].item() == pytest.approx(-5 / 2**8)
