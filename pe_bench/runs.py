@@ -15,6 +15,7 @@ import copy
 import csv
 import errno
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -45,7 +46,7 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     d = asdict(cfg)
     for k in ("eval", "attention", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
-    d["scheme"] = _without_late_defaults(cfg, {k: v for k, v in d["scheme"].items() if k != "eval_variants"})
+    d["scheme"] = _without_late_defaults({k: v for k, v in d["scheme"].items() if k != "eval_variants"})
     if cfg.task.name == "lm":  # language modelling: the identity it had before tasks existed (same run names)
         d.pop("task")
     elif not (cfg.task.name == "passkey" and cfg.task.filler == "text"):  # a task that reads no corpus
@@ -63,25 +64,40 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     return d
 
 
-def _without_late_defaults(cfg: Config, scheme: dict[str, Any]) -> dict[str, Any]:
-    """The scheme's options without those added after runs were named (``Scheme.late_options``, dotted for nested
-    options such as ``scaling.window``) where they hold their defaults."""
-    from pe_bench import schemes
+# Scheme options added after runs of the scheme were named (dotted for nested ones): holding the defaults of
+# configs/scheme/<name>.yaml they stay out of a run's identity, so those runs keep their names and directories.
+# Data only (no torch: `--cfg` prints the run directory without importing it).
+LATE_SCHEME_OPTIONS: dict[str, tuple[str, ...]] = {
+    "rope": ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window"),
+}
 
-    name = scheme.get("name")
-    if name not in schemes.available() or not schemes.get(name).late_options:
+
+def _without_late_defaults(scheme: dict[str, Any]) -> dict[str, Any]:
+    """The scheme's options without the LATE_SCHEME_OPTIONS that hold their YAML defaults."""
+    late = LATE_SCHEME_OPTIONS.get(scheme.get("name"), ())
+    if not late:
         return scheme
-    cls = schemes.get(name)
     out = copy.deepcopy(scheme)
-    for dotted in cls.late_options:
+    for dotted in late:
         *path, leaf = dotted.split(".")
-        default: Any = cls.Options()
+        default: Any = _scheme_defaults(scheme["name"])
         where: Any = out
         for part in path:
-            default, where = getattr(default, part), where.get(part) if isinstance(where, dict) else None
-        if isinstance(where, dict) and leaf in where and where[leaf] == getattr(default, leaf):
+            default = default.get(part, {}) if isinstance(default, dict) else {}
+            where = where.get(part) if isinstance(where, dict) else None
+        if isinstance(where, dict) and isinstance(default, dict) and leaf in where and leaf in default \
+                and where[leaf] == default[leaf]:
             del where[leaf]
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _scheme_defaults(name: str) -> dict[str, Any]:
+    import yaml
+
+    from pe_bench.config import config_dir
+
+    return yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text())
 
 
 def digest(d: Any, n: int = 8) -> str:

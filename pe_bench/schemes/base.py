@@ -82,9 +82,6 @@ class Scheme(nn.Module):
     # Options that may change after training (``pe-bench eval``, eval_variants): they act at evaluation only and
     # leave the trained weights' meaning intact (RoPE's context extension, the learned table's policy past its end).
     eval_options: ClassVar[tuple[str, ...]] = ()
-    # Options added after runs of this scheme were named: at their defaults they stay out of a run's identity, so
-    # those runs keep their names (and their results directories stay theirs).
-    late_options: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

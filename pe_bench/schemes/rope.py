@@ -212,7 +212,6 @@ class RoPE(Scheme):
     relative = True
     Options = RoPEOptions
     eval_options = ("scaling",)
-    late_options = ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window")
 
     def __init__(self, options: RoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
