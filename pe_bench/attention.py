@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from pe_bench.schemes.base import lean_inference
+
 BACKENDS = ("auto", "sdpa", "flex", "explicit")
 
 # Outside autograd, a bias mask larger than this is never built whole: attention goes one block of query rows at a
@@ -169,7 +171,7 @@ def explicit_rows(q: torch.Tensor, positions: torch.Tensor) -> int:
     """Query rows per block of explicit attention: all of them under autograd (the backward keeps every block's
     tensors anyway) or when positions do not increase; else as many as EXPLICIT_BUDGET allows."""
     B, H, T, _ = q.shape
-    if torch.is_grad_enabled() or T < 2 or not bool((positions[1:] > positions[:-1]).all()):
+    if not lean_inference() or T < 2 or not bool((positions[1:] > positions[:-1]).all()):
         return T
     return max(1, min(T, EXPLICIT_BUDGET // (B * H * T * 4)))
 

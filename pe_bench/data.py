@@ -430,7 +430,7 @@ def load_tokens(cfg: DataConfig, cache_dir: str | Path) -> TokenizedCorpus:
 
     root.mkdir(parents=True, exist_ok=True)
     for s, arr in splits.items():
-        tmp = root / f"{s}.tmp.npy"
+        tmp = root / f"{s}.{os.getpid()}.tmp.npy"  # processes of a parallel sweep may tokenize at once
         np.save(tmp, arr)
         os.replace(tmp, root / f"{s}.npy")
     if isinstance(tokenizer, BPETokenizer):

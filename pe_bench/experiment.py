@@ -11,7 +11,7 @@ import torch
 
 from pe_bench.config import Config, ConfigError, fixed_option_changes, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_tokens
-from pe_bench.device import resolve_device, use_bf16
+from pe_bench.device import resolve_device, use_bf16, use_compile
 from pe_bench.distributed import StopRequested, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
                                check_feasible, evaluate, reference_length, run_lengths,
@@ -84,6 +84,8 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
                             data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device),
                             attention_backend=cfg.attention.backend,
+                            precision="bf16" if use_bf16(cfg.train, device) else "fp32",
+                            compiled=use_compile(cfg.train, device),
                             **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
                                            "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
             try:

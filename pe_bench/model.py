@@ -13,6 +13,7 @@ from torch import nn
 from pe_bench import attention
 from pe_bench.attention import BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask
 from pe_bench.schemes import Scheme
+from pe_bench.schemes.base import lean_inference
 
 Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
 
@@ -161,7 +162,7 @@ class Decoder(nn.Module):
         T, H = positions.shape[0], self.args.n_heads
         if self.scheme.score_bias(positions[:1], positions[:1], layer) is None:
             return None
-        outside = not torch.is_grad_enabled()
+        outside = lean_inference()
         by_distance = outside and default_positions and self.scheme.bias_by_distance()  # one value per distance
         if outside and H * T * T * 4 > attention.MASK_BUDGET and (
                 default_positions or bool((positions[1:] > positions[:-1]).all())):

@@ -212,12 +212,21 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="training steps per scheme per round")
     ap.add_argument("--big-batch", type=int, default=1, help="batch of the d=256, T=2048 evaluation (issue: 8; "
                     "CPU default 1: CoPE's explicit terms at batch 8 need more memory than this machine has)")
+    ap.add_argument("--sections", default="1,2,3,4", help="which sections to run (comma list); the files are named "
+                    "<device>-<date>[-s<sections>] when not all")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks")
+    ap.add_argument("--prewarm", type=int, default=0, help="CUDA: compile section 4's models in this many processes "
+                    "at once first (fills torch.compile's on-disk caches; the timed process then compiles from them)")
+    ap.add_argument("--compile-child", nargs=2, metavar=("SCHEME", "BACKEND"), help=argparse.SUPPRESS)
     ap.add_argument("--memory-child", nargs=6, metavar=("SCHEME", "MODEL", "L", "T", "B", "DEVICE"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.compile_child:
+        dev = torch.device(args.device)
+        flex_step(*args.compile_child, dev, torch.autocast("cuda", dtype=torch.bfloat16), torch.Generator().manual_seed(0))
+        return
     if args.memory_child:
         n, mdl, L, T, B, d = args.memory_child
         peak_memory_child(n, mdl, int(L), int(T), int(B), d)
@@ -230,10 +239,28 @@ def main() -> None:
     t0 = time.perf_counter()
     rows: list[dict] = []
 
-    # 1. pe-bench's training step vs the reference loop (NoPE, the tiny model: 4 layers, d=128, 4 heads)
+    sections = {int(s) for s in args.sections.split(",")}
     g = torch.Generator().manual_seed(0)
     data = torch.randint(0, VOCAB, (B, L + 1), generator=g).to(dev)
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    if 1 in sections:
+        rows += reference_section(dev, ctx, args, x, y, L, B)
+    if 2 in sections:
+        rows += train_section(dev, ctx, args, names, x, y, L, B)
+    if 3 in sections:
+        rows += eval_section(dev, ctx, args, names, g, L)
+    if 4 in sections and dev.type == "cuda":
+        rows += flex_section(dev, ctx, args, g)
+        print("[4] flex vs flash causal and vs SDPA with a mask measured", flush=True)
+    elif 4 in sections:
+        rows.append({"section": "4 cuda", "scheme": "", "shape": "", "tokens_per_s": "", "ratio": "", "what": "",
+                     "target": "", "verdict": "", "note": "not measured: needs a CUDA device"})
+    write(rows, args, dev, time.perf_counter() - t0, sections)
+
+
+def reference_section(dev, ctx, args, x, y, L: int, B: int) -> list[dict]:
+    """1. pe-bench's training step vs the reference loop (NoPE, the tiny model: 4 layers, d=128, 4 heads)."""
+    rows = []
     ours, cfg = model_for("nope", "tiny", L, dev)
     ref = RefGPT(cfg.model.n_layers, cfg.model.d_model, cfg.model.n_heads).to(dev)
     steps = {"pe-bench": train_step_fn(ours, make_optimizer(ours, cfg.train, dev), x, y, ctx, True),
@@ -252,9 +279,12 @@ def main() -> None:
                  "verdict": "ok" if ratio >= 1.0 else "MISS",
                  "note": f"reference {B * L / statistics.median(per_round['reference']):,.0f} tok/s"})
     print(f"[1] pe-bench train step {ratio:.3f}× the reference's tokens/s", flush=True)
+    return rows
 
-    # 2. every scheme's training step ÷ NoPE's
-    setups = {}
+
+def train_section(dev, ctx, args, names: list[str], x, y, L: int, B: int) -> list[dict]:
+    """2. every scheme's training step ÷ NoPE's."""
+    rows, setups = [], {}
     for n in names:
         m, c = model_for(n, "tiny", L, dev)
         setups[n] = train_step_fn(m, make_optimizer(m, c.train, dev), x, y, ctx, True)
@@ -270,9 +300,12 @@ def main() -> None:
                      "what": "step time ÷ nope's", "target": TRAIN_TARGETS.get(n, ""),
                      "verdict": verdict(r, TRAIN_TARGETS.get(n)), "note": ""})
     print("[2] train steps measured", flush=True)
-    del setups
+    return rows
 
-    # 3. evaluation at 8L: time (interleaved, in this process) and peak memory (a fresh process per scheme)
+
+def eval_section(dev, ctx, args, names: list[str], g: torch.Generator, L: int) -> list[dict]:
+    """3. evaluation at 8L: time (interleaved, in this process) and peak memory (a fresh process per scheme)."""
+    rows = []
     for label, mdl, trained, length, batch in (("tiny", "tiny", L, 8 * L, 4),
                                                ("d256", "tiny,model.d_model=256,model.n_heads=8", 256, 2048,
                                                 args.big_batch)):
@@ -306,40 +339,64 @@ def main() -> None:
                          "ratio": round(mr, 3), "what": "peak memory ÷ nope's", "target": MEMORY_TARGET,
                          "verdict": verdict(mr, MEMORY_TARGET), "note": f"{peaks[n] / 2**20:,.0f} MiB"})
         print(f"[3] evaluation at {shape} measured", flush=True)
-    if dev.type == "cuda":
-        rows += flex_section(dev, ctx, args, g)
-        print("[4] flex vs flash causal and vs SDPA with a mask measured", flush=True)
-    else:
-        rows.append({"section": "4 cuda", "scheme": "", "shape": "", "tokens_per_s": "", "ratio": "", "what": "",
-                     "target": "", "verdict": "", "note": "not measured: needs a CUDA device"})
-    write(rows, args, dev, time.perf_counter() - t0)
+    return rows
 
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks (spec sheets)
+
+
+def flex_step(n: str, backend: str, dev: torch.device, ctx, g: torch.Generator, x=None, y=None):
+    """Section 4's compiled training step of ``n`` on ``backend``, compiled and warmed up: (step, model, cfg)."""
+    if x is None:
+        data = torch.randint(0, VOCAB, (FLEX_B, FLEX_L + 1), generator=g).to(dev)
+        x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    m, c = model_for(n, "small", FLEX_L, dev, (f"attention.backend={backend}",))
+    fn = train_step_fn(torch.compile(m), make_optimizer(m, c.train, dev), x, y, ctx, True)
+    timed(fn, dev, 3)  # compile and warm up
+    return fn, m, c
+
+
+FLEX_L, FLEX_B = 512, 16
 
 
 def flex_section(dev: torch.device, ctx, args, g: torch.Generator) -> list[dict]:
     """CUDA: the training step of model=small at L=512 (compiled, bf16), every bias scheme on FlexAttention and on
     SDPA with a materialised mask, against NoPE on flash causal: tokens/s, MFU (6·N + 12·layers·d·T flops per
     token over the device's bf16 peak), flex ÷ flash causal (target <= 1.3) and flex ÷ SDPA with a mask."""
-    L, B = 512, 16
+    L, B = FLEX_L, FLEX_B
     data = torch.randint(0, VOCAB, (B, L + 1), generator=g).to(dev)
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
     name = torch.cuda.get_device_name(dev)
     peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
     runs = {("nope", "sdpa")} | {(n, b) for n in BIAS_SCHEMES for b in ("flex", "sdpa")}
-    fns, flops = {}, {}
+    fns, flops, out = {}, {}, []
+    if args.prewarm:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def child(run: tuple[str, str]) -> None:
+            subprocess.run([sys.executable, __file__, "--device", args.device, "--compile-child", *run],
+                           capture_output=True, check=False)
+
+        with ThreadPoolExecutor(args.prewarm) as pool:
+            list(pool.map(child, sorted(runs)))
+        print(f"[4] compiled in {args.prewarm} processes at once", flush=True)
     for n, backend in sorted(runs):
-        m, c = model_for(n, "small", L, dev, (f"attention.backend={backend}",))
-        fns[(n, backend)] = train_step_fn(torch.compile(m), make_optimizer(m, c.train, dev), x, y, ctx, True)
+        try:
+            fn, m, c = flex_step(n, backend, dev, ctx, g, x, y)
+        except Exception as e:  # a scheme the backend cannot compile is a row that says so, not a lost benchmark
+            out.append({"section": "4 cuda train step", "scheme": n, "shape": f"small L={L} B={B} {backend}",
+                        "tokens_per_s": "", "ratio": "", "what": "", "target": 1.3 if backend == "flex" else "",
+                        "verdict": "MISS" if backend == "flex" else "",
+                        "note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+            print(f"[4] {n} on {backend}: failed ({type(e).__name__})", flush=True)
+            continue
+        fns[(n, backend)] = fn
         flops[(n, backend)] = 6 * m.num_params() + 12 * c.model.n_layers * c.model.d_model * L
-        timed(fns[(n, backend)], dev, 3)  # compile and warm up
     times = {k: [] for k in fns}
     keys = sorted(fns)
     for r in range(args.rounds):
         for k in in_turn(keys, r):
             times[k].append(timed(fns[k], dev, args.steps))
-    out = []
     for n, backend in keys:
         t = statistics.median(times[(n, backend)])
         tps = B * L / t
@@ -349,7 +406,7 @@ def flex_section(dev: torch.device, ctx, args, g: torch.Generator) -> list[dict]
                     "tokens_per_s": round(tps), "ratio": round(vs_flash, 3), "what": "step time ÷ nope's (flash causal)",
                     "target": 1.3 if backend == "flex" else "", "verdict": verdict(vs_flash, 1.3) if backend == "flex"
                     else "", "note": mfu})
-        if backend == "flex":
+        if backend == "flex" and (n, "sdpa") in times:
             vs_mask = statistics.median(a / b for a, b in zip(times[(n, "flex")], times[(n, "sdpa")]))
             out.append({"section": "4 cuda flex vs mask", "scheme": n, "shape": f"small L={L} B={B}",
                         "tokens_per_s": "", "ratio": round(vs_mask, 3), "what": "flex step time ÷ sdpa+mask's",
@@ -357,13 +414,14 @@ def flex_section(dev: torch.device, ctx, args, g: torch.Generator) -> list[dict]
     return out
 
 
-def write(rows: list[dict], args, dev: torch.device, seconds: float) -> None:
+def write(rows: list[dict], args, dev: torch.device, seconds: float, sections: set[int]) -> None:
     import csv
 
     device = torch.cuda.get_device_name(dev).replace(" ", "-") if dev.type == "cuda" else "cpu"
     stamp = time.strftime("%Y-%m-%d")
     args.out.mkdir(parents=True, exist_ok=True)
-    base = args.out / f"{device}-{stamp}"
+    part = "" if sections >= {1, 2, 3, 4} else "-s" + "".join(map(str, sorted(sections)))
+    base = args.out / f"{device}-{stamp}{part}"
     cols = ["section", "scheme", "shape", "tokens_per_s", "ratio", "what", "target", "verdict", "note"]
     with open(f"{base}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")

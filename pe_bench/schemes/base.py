@@ -184,6 +184,13 @@ class Scheme(nn.Module):
         return options_label(self.name, self.options)
 
 
+def lean_inference() -> bool:
+    """Outside autograd and running eagerly: the evaluation paths that save memory (query rows by blocks, kept
+    tables, in-place ops) apply. Under torch.compile the plain computation is traced instead: inductor fuses it, and
+    (torch 2.11, CUDA) failed to lower the Toeplitz view of a per-distance bias row."""
+    return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
 def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """i − j for every (query, key) pair, clamped at 0 for the future keys the causal mask removes: (Tq, Tk)."""
     return (q_pos[:, None] - k_pos[None, :]).clamp(min=0)

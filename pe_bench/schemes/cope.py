@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, Scheme, lean_inference
 
 
 @dataclass
@@ -42,7 +42,7 @@ class CoPE(Scheme):
         future = k_pos[None, :] > q_pos[:, None]
         by_row = (q @ self.pos_emb[layer].to(q.dtype)).float()  # (B, H, Tq, p_max): q_i·e[p]
         logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
-        if not torch.is_grad_enabled():  # the same numbers, in place: a few (B, H, Tq, Tk) tensors fewer
+        if lean_inference():  # the same numbers, in place: a few (B, H, Tq, Tk) tensors fewer
             pos = logits.sigmoid_().masked_fill_(future, 0.0).flip(-1).cumsum_(-1).flip(-1)
             pos.clamp_(max=self.options.max_position - 1)  # Σ_{t >= j} g_it
             at_upper = by_row.gather(-1, pos.ceil().long())

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
+from pe_bench.schemes.base import ModelShape, Scheme, causal_distance, lean_inference
 
 
 @dataclass
@@ -43,7 +43,7 @@ class FireLayer(nn.Module):
         """-> (H, Tq, Tk). Outside autograd by blocks of query rows, so that the MLP's hidden layer (mlp_width
         numbers per pair) never holds more than HIDDEN_BUDGET of them."""
         rows = max(1, HIDDEN_BUDGET // max(1, k_pos.shape[0] * self.mlp[0].out_features))
-        if torch.is_grad_enabled() or rows >= q_pos.shape[0]:
+        if not lean_inference() or rows >= q_pos.shape[0]:
             return self.bias(q_pos, k_pos)
         out = torch.empty(self.mlp[2].out_features, q_pos.shape[0], k_pos.shape[0], device=q_pos.device)
         for i in range(0, q_pos.shape[0], rows):
@@ -78,3 +78,25 @@ class Fire(Scheme):
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
         return self.layers[layer](q_pos, k_pos)
+
+    def score_mod(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int):
+        """The bias of one (query, key) pair with the MLP written out, f(x)_h = b2_h + Σ_u W2_hu·relu(w1_u·x + b1_u):
+        the default (``score_bias`` per pair) is a matrix product, which FlexAttention's compiled score_mod cannot
+        lower on CUDA (torch 2.11); a sum of mlp_width scalar terms it can."""
+        f = self.layers[layer]
+        w1, b1 = f.mlp[0].weight[:, 0], f.mlp[0].bias
+        w2, b2 = f.mlp[2].weight, f.mlp[2].bias
+        threshold = (f.threshold_multiplier * f.init_threshold).abs()
+
+        def psi(x: torch.Tensor) -> torch.Tensor:
+            return torch.log(torch.abs(f.c * x) + 1)
+
+        def mod(score, b, h, q_idx, kv_idx):
+            i, j = positions[q_idx].float(), positions[kv_idx].float()
+            x = psi((i - j).clamp(min=0)) / (psi(torch.maximum(i, threshold)) + f.eps)
+            out = b2[h]
+            for u in range(w1.shape[0]):
+                out = out + w2[h, u] * torch.relu(w1[u] * x + b1[u])
+            return score + out
+
+        return mod

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import ModelShape, Scheme, causal_distance
+from pe_bench.schemes.base import ModelShape, Scheme, causal_distance, lean_inference
 from pe_bench.schemes.sinusoidal import sinusoid_table
 
 
@@ -48,7 +48,7 @@ class TransformerXL(Scheme):
             R = sinusoid_table(torch.arange(m, device=device), self.shape.d_model, self.options.base)  # (m, C)
             return (R.to(dtype) @ self.r_proj[layer].to(dtype)).view(m, H, D).transpose(0, 1)
 
-        if torch.is_grad_enabled():
+        if not lean_inference():
             return table(n)
         key = (layer, dtype, device, self.r_proj.data_ptr(), self.r_proj._version)
         kept = getattr(self, "_kept", None)

@@ -1,0 +1,125 @@
+"""The GPU path, on a CUDA device (skipped elsewhere; CI has none): every scheme × every backend that can run it gives
+the explicit reference's logits and gradients on the GPU (fp32, FlexAttention compiled), a compiled bf16 training
+step learns, and `pe-bench train` on CUDA records bf16 + compile and evaluates past L."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from typer.testing import CliRunner
+
+from pe_bench import schemes
+from pe_bench.attention import backend_problem
+from pe_bench.cli import app
+from pe_bench.config import config_dir, scheme_spec, with_options
+from pe_bench.model import Decoder, ModelArgs
+from pe_bench.schemes import ModelShape
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CASES = [(n, None) for n in schemes.available()] + [("shaw", {"values": False})]
+L_TRAIN = 16
+T = 3 * L_TRAIN  # past the training length
+OPTIONS = {"learned": {"beyond_table": "clamp"}}
+DEV = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def _exact_fp32():
+    """TF32 would make the fp32 comparisons bf16-like; the tests compare fp32 against fp32."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def case_id(case) -> str:
+    name, options = case
+    return name if not options else f"{name}-{'-'.join(f'{k}={v}' for k, v in options.items())}"
+
+
+def build(name: str, options: dict | None, backend: str) -> Decoder | None:
+    spec = scheme_spec(yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text()))
+    if options or name in OPTIONS:
+        spec = with_options(spec, options or OPTIONS[name])
+    torch.manual_seed(0)
+    scheme = spec.cls(spec.options, ModelShape(d_model=64, n_heads=4, head_dim=16, train_seq_len=L_TRAIN, n_layers=2))
+    if backend_problem(backend, scheme):
+        return None
+    model = Decoder(ModelArgs(vocab_size=50, n_layers=2, d_model=64, n_heads=4, backend=backend), scheme)
+    with torch.no_grad():
+        for p in model.scheme.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    return model.to(DEV)
+
+
+def batch(t: int = T) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 50, (2, t + 1), generator=g).to(DEV)
+    return x[:, :-1], x[:, 1:]
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_on_cuda_every_backend_gives_the_reference_loss_and_gradients(case):
+    x, y = batch()
+    ref = build(*case, "explicit")
+    ref_loss = F.cross_entropy(ref(x).flatten(0, 1), y.flatten())
+    ref_loss.backward()
+    for backend in ("sdpa", "flex", "auto"):
+        model = build(*case, backend)
+        if model is None:
+            continue
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        assert abs(loss.item() - ref_loss.item()) <= 1e-4, backend
+        loss.backward()
+        for (name, p), p_ref in zip(model.named_parameters(), ref.parameters()):
+            if p_ref.grad is None:
+                continue
+            err = (p.grad - p_ref.grad).norm() / p_ref.grad.norm().clamp(min=1e-3)
+            assert err <= 1e-3, f"{backend}: gradient of {name} differs by {err:.1e} (relative)"
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_on_cuda_a_compiled_bf16_training_step_learns_and_matches_fp32(case):
+    """torch.compile + bf16 autocast, the trainer's GPU recipe: the compiled bf16 logits are the eager fp32 logits
+    up to bf16 rounding, and 30 steps on one batch bring the loss down."""
+    name, options = case
+    model = build(name, options, "auto")
+    x, y = batch(L_TRAIN)
+    with torch.no_grad():
+        ref = model(x).float().log_softmax(-1)
+    fwd = torch.compile(model)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        out = fwd(x).float().log_softmax(-1)
+    assert torch.isfinite(out).all()
+    assert (out - ref).abs().max() < 0.15, f"bf16 compiled log-probs differ by {(out - ref).abs().max():.3f}"
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(fwd(x).float().flatten(0, 1), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    assert all(map(lambda v: v == v, losses)) and losses[-1] < 0.7 * losses[0], losses
+
+
+@pytest.mark.parametrize("backend", ["auto", "flex"])
+def test_pe_bench_train_on_cuda_uses_bf16_and_compile_and_evaluates_past_L(backend, tmp_path):
+    r = CliRunner().invoke(app, ["train", "scheme=alibi", "train=smoke", "eval=smoke", "model.n_layers=2",
+                                 "model.d_model=64", "train.device=cuda", f"attention.backend={backend}",
+                                 f"results_dir={tmp_path}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    run = next((tmp_path / "runs").iterdir())
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["precision"] == "bf16" and meta["compiled"] is True and meta["eval_attention_backend"] == backend
+    import pandas as pd
+
+    ev = pd.read_csv(run / "eval.csv")
+    assert ev["L_eval"].max() >= 4 * 32 and ev["ppl"].notna().all() and (ev["ppl"] < 300).all()
