@@ -142,6 +142,8 @@ class Decoder(nn.Module):
             positions = torch.arange(T, device=idx.device)
         x = self.drop(self.scheme.embed(self.tok_emb(idx), positions))
         backend = attention.choose_backend(self.args.backend, self.scheme, probe is not None)
+        if backend == "flex" and not default_positions and torch.compiler.is_compiling():
+            raise ValueError("FlexAttention under torch.compile takes the forward's own positions 0..T-1 only")
         mask = None
         for layer, block in enumerate(self.blocks):
             if backend != "flex" and (layer == 0 or self.scheme.bias_per_layer):  # one per forward unless per-layer

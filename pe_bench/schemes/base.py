@@ -157,7 +157,9 @@ class Scheme(nn.Module):
         if self.score_bias(positions[:1], positions[:1], layer) is None:
             return None
         if self.bias_by_distance():
-            n = int(positions[-1] - positions[0]) + 1  # distances 0..n−1 (positions increase)
+            # distances 0..n−1 (positions increase); traced by torch.compile, positions are the forward's own
+            # 0..T−1 (Decoder refuses others there): no .item(), which would break the graph at every layer
+            n = positions.shape[0] if torch.compiler.is_compiling() else int(positions[-1] - positions[0]) + 1
             table = self.score_bias(positions.new_tensor([n - 1]), torch.arange(n, device=positions.device),
                                     layer)[:, 0].float()  # (H, n): the bias at distance n − 1 − j
 

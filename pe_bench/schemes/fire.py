@@ -84,8 +84,12 @@ class Fire(Scheme):
         the default (``score_bias`` per pair) is a matrix product, which FlexAttention's compiled score_mod cannot
         lower on CUDA (torch 2.11); a sum of mlp_width scalar terms it can."""
         f = self.layers[layer]
-        w1, b1 = f.mlp[0].weight[:, 0], f.mlp[0].bias
-        w2, b2 = f.mlp[2].weight, f.mlp[2].bias
+        # one tensor per weight: FlexAttention's backward (torch 2.11) cannot index one gradient-requiring tensor
+        # more than once in a score_mod
+        w1 = [w.clone() for w in f.mlp[0].weight[:, 0].unbind()]
+        b1 = [b.clone() for b in f.mlp[0].bias.unbind()]
+        w2 = [w.clone() for w in f.mlp[2].weight.unbind(1)]  # (H,) per hidden unit
+        b2 = f.mlp[2].bias
         threshold = (f.threshold_multiplier * f.init_threshold).abs()
 
         def psi(x: torch.Tensor) -> torch.Tensor:
@@ -95,8 +99,8 @@ class Fire(Scheme):
             i, j = positions[q_idx].float(), positions[kv_idx].float()
             x = psi((i - j).clamp(min=0)) / (psi(torch.maximum(i, threshold)) + f.eps)
             out = b2[h]
-            for u in range(w1.shape[0]):
-                out = out + w2[h, u] * torch.relu(w1[u] * x + b1[u])
+            for u in range(len(w1)):
+                out = out + w2[u][h] * torch.relu(w1[u] * x + b1[u])
             return score + out
 
         return mod
