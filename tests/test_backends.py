@@ -130,6 +130,7 @@ def test_explicit_blocks_are_bounded_outside_autograd_and_whole_under_it():
     (["scheme=shaw", "attention.backend=sdpa"], "attention.backend=sdpa cannot add shaw's"),
     (["scheme=cope", "attention.backend=flex"], "attention.backend=flex cannot express cope"),
     (["scheme=shaw", "attention.backend=flex"], "value vectors a^V need the attention weights"),
+    (["scheme=fire", "attention.backend=flex"], "does not compile into FlexAttention's kernels"),
     (["scheme=alibi", "attention.backend=flex", "train.device=cpu"], "no backward on the CPU"),
     (["scheme=alibi", "attention.backend=flash"], "attention.backend='flash' is not one of"),
 ])
@@ -140,7 +141,7 @@ def test_a_backend_that_cannot_run_the_scheme_is_refused_at_compose_time(overrid
 
 
 def test_flex_and_explicit_are_accepted_where_they_apply():
-    for name in ("alibi", "t5", "fire", "kerple_log", "sandwich", "rope", "nope"):
+    for name in ("alibi", "t5", "kerple_log", "sandwich", "rope", "nope"):
         compose([f"scheme={name}", "attention.backend=flex"])
     compose(["scheme=shaw", "scheme.values=false", "attention.backend=flex"])
     for name in schemes.available():
