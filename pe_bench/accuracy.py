@@ -33,7 +33,7 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
     the task or the scheme cannot run at is a ``not_applicable`` row saying why; non-finite logits ``nonfinite``."""
     L = reference_length(cfg)
     bf16 = use_bf16(cfg.train, device)
-    label = model.scheme.label()
+    label = model.label()
     base = {"task": cfg.task.name, "scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
             "L_train": L, "seed": cfg.seed, "step": cfg.train.steps if step is None else step,
             "precision": "bf16" if bf16 else "fp32", "examples": cfg.task.eval_examples}

@@ -36,6 +36,7 @@ EXPLICIT_BUDGET = 2**20
 
 TermsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
 ValueTermsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+WeightsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
 
 
 def backend_problem(backend: str, scheme, cpu_training: bool = False) -> str | None:
@@ -71,6 +72,14 @@ def causal_bias_mask(bias: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tenso
     if not bias.requires_grad and bias.is_contiguous() and bias._base is None:
         return bias.masked_fill_(future[None], float("-inf"))[None]
     return bias.masked_fill(future[None], float("-inf"))[None]
+
+
+def with_input_bias(mask: torch.Tensor | BiasRows | None, extra: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """A scheme's data-dependent bias (B, H, T, T) added to the mask (or to the causal mask when there is none):
+    (B, H, T, T), −inf where the key is in the query's future."""
+    if mask is None:
+        return extra.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
+    return extra + (mask.full() if isinstance(mask, BiasRows) else mask)
 
 
 def mask_future_(logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, first: int) -> torch.Tensor:
@@ -178,14 +187,16 @@ def explicit_rows(q: torch.Tensor, positions: torch.Tensor) -> int:
 
 def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | BiasRows | None,
                     positions: torch.Tensor, terms: TermsFn | None = None, value_terms: ValueTermsFn | None = None,
-                    probe: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+                    probe: Callable[[torch.Tensor], None] | None = None,
+                    weights: WeightsFn | None = None) -> torch.Tensor:
     """Attention written out: the reference of every backend, the path of schemes whose logits depend on q or k
     (Shaw, Transformer-XL, CoPE), and of every scheme when a ``probe`` wants the attention weights (pe-bench
     analyze: then in one block).
 
     q, k, v: (B, H, T, D); mask: additive (1, H, T, T) (bias + causal), BiasRows, or None for plain causal;
     terms(q_rows, k_rows, q_pos, k_pos) -> extra logits (B, H, r, c) or None; value_terms(probs, q_pos, k_pos) ->
-    (B, H, r, D) or None, added to the output; probe(probs) sees the weights (B, H, T, T). Softmax in float32.
+    (B, H, r, D) or None, added to the output; probe(probs) sees the weights (B, H, T, T); weights(logits, q_pos,
+    k_pos) -> the weights in place of the softmax, or None. Softmax in float32.
     Outside autograd the query rows go by blocks (:func:`explicit_rows`), each against its causal prefix of keys."""
     T = q.shape[2]
     rows = T if probe is not None else explicit_rows(q, positions)
@@ -203,7 +214,9 @@ def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
             mask_future_(logits, q_pos, k_pos, 0 if rows >= T else i)
         else:
             logits += block_mask.float()
-        probs = logits.softmax(-1)
+        probs = None if weights is None else weights(logits, q_pos, k_pos)
+        if probs is None:
+            probs = logits.softmax(-1)
         if probe is not None:
             probe(probs)
         y = probs.to(v.dtype) @ v[:, :, :keys]

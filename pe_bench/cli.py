@@ -616,9 +616,10 @@ def _write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool
 def list_schemes() -> None:
     """List the registered positional schemes, one line each: name, where it acts, what it is, citation
     (scheme=NAME picks one; configs/scheme/NAME.yaml holds its options)."""
+    width = max(len(n) for n in schemes.catalog())
     for entry in schemes.catalog().values():
         where = "+".join(entry.acts_on) or "-"
-        typer.echo(f"{entry.name:<12} {where:<14} {entry.description}  [{entry.citation}]")
+        typer.echo(f"{entry.name:<{width}} {where:<14} {entry.description}  [{entry.citation}]")
 
 
 def main() -> None:

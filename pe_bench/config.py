@@ -135,6 +135,8 @@ class EvalConfig:
     tokens_per_batch: int = ranged(16384, ge=1)  # windows are batched up to this many tokens per forward
     position_buckets: int = ranged(16, ge=1)
     variants: bool = True  # also evaluate the scheme's eval_variants (e.g. learned with clamp/extend)
+    # also evaluate with the training-free log-n attention temperature beyond L (rows <scheme>+logn; every scheme)
+    logn: bool = False
 
 
 @dataclass

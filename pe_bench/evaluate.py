@@ -169,7 +169,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     stride = ecfg.stride or L
     bf16 = use_bf16(cfg.train, device)
     step = cfg.train.steps if step is None else step
-    label = model.scheme.label()
+    label = model.label()
     base = {"scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
             "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed, "step": step,
             "precision": "bf16" if bf16 else "fp32"}

@@ -179,6 +179,7 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     corpus = corpus or load_data(cfg)
     spec = scheme_spec(cfg.scheme)
     specs = [spec] + ([with_options(spec, v) for v in spec.eval_variants] if cfg.eval.variants else [])
+    specs = [(sp, False) for sp in specs] + ([(spec, True)] if cfg.eval.logn else [])  # (spec, log-n temperature)
     if isinstance(corpus, TaskData):
         return evaluate_task_run(run, cfg, corpus, device, specs, model, only_missing, trained)
     tokens = corpus.splits[cfg.eval.split]
@@ -212,15 +213,18 @@ def _variant_models(run: Run, cfg: Config, data, device: torch.device, specs: li
     whose rows are ``recorded`` already (only_missing is for finished runs, whose weights are from the last step).
     The scheme itself reuses ``model`` when given; the others are loaded from the checkpoint."""
     seen: set[str] = set()
-    for i, sp in enumerate(specs):
-        label = build_scheme(cfg, sp).label()
+    for i, (sp, logn) in enumerate(specs):
+        label = build_scheme(cfg, sp).label() + ("+logn" if logn else "")
         if label in seen or recorded(label):
             continue
         seen.add(label)
         if i == 0 and model is not None:
             yield model, cfg.train.steps
         else:
-            yield load_trained(run, cfg, device, sp, data, trained)
+            m, step = load_trained(run, cfg, device, sp, data, trained)
+            if logn:
+                m.logn_beyond = cfg.train.seq_len  # the length these weights were trained at
+            yield m, step
 
 
 def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.device, specs: list,

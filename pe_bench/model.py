@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pe_bench import attention
-from pe_bench.attention import BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask
+from pe_bench.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
+                                with_input_bias)
 from pe_bench.schemes import Scheme
 from pe_bench.schemes.base import lean_inference
 
@@ -49,6 +50,12 @@ def pose_positions(length: int, target: int, chunks: int, generator: torch.Gener
     return torch.arange(length) + shift
 
 
+def logn_beyond(positions: torch.Tensor, L: int) -> torch.Tensor:
+    """The training-free log-n attention temperature (Chiang & Cholak 2022, §5; the inference-time form of SSMax,
+    Nakanishi 2025): queries at n = position + 1 > L keys scaled by ln n / ln L, the others by 1. (T,) float."""
+    return (torch.log1p(positions.float()) / math.log(max(L, 2))).clamp(min=1.0)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
@@ -58,14 +65,20 @@ class CausalSelfAttention(nn.Module):
         self.dropout = nn.Dropout(args.dropout)
 
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | BiasRows | None,
-                layer: int, backend: str, probe: Probe | None = None) -> torch.Tensor:
+                layer: int, backend: str, probe: Probe | None = None,
+                q_scale: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, C) -> (B, T, C). ``backend``: sdpa | explicit | flex (resolved, see pe_bench.attention);
         ``mask``: the scheme's bias as a mask (sdpa, explicit). ``probe(layer, probs)``: sees the attention weights
-        (B, H, T, T) (explicit attention, for diagnostics)."""
+        (B, H, T, T) (explicit attention, for diagnostics). ``q_scale``: (T,) multiplies each query (eval.logn)."""
         B, T, C = x.shape
         H = self.n_heads
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))  # (B, H, T, D)
         q, k = scheme.rotate(q, k, positions, layer)
+        extra = scheme.input_bias(x, layer)
+        if extra is not None:  # a bias computed from the tokens (FoX): one (B, H, T, T) mask for this layer
+            mask = with_input_bias(mask, extra, positions)
+        if q_scale is not None:
+            q = q * q_scale[:, None].to(q.dtype)
         if backend == "flex":
             y = attend_flex(q, k, v, scheme.score_mod(q, k, positions, layer))
         elif backend == "sdpa":
@@ -75,7 +88,8 @@ class CausalSelfAttention(nn.Module):
                 q, k, v, mask, positions,
                 lambda qb, kb, q_pos, k_pos: scheme.score_terms(qb, kb, q_pos, k_pos, layer),
                 lambda probs, q_pos, k_pos: scheme.value_terms(probs, q_pos, k_pos, layer),
-                None if probe is None else lambda probs: probe(layer, probs))
+                None if probe is None else lambda probs: probe(layer, probs),
+                lambda logits, q_pos, k_pos: scheme.attention_weights(logits, q_pos, k_pos, layer))
         return self.dropout(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
 
@@ -100,8 +114,9 @@ class Block(nn.Module):
         self.mlp = MLP(args)
 
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | BiasRows | None,
-                layer: int, backend: str, probe: Probe | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), scheme, positions, mask, layer, backend, probe)
+                layer: int, backend: str, probe: Probe | None = None,
+                q_scale: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), scheme, positions, mask, layer, backend, probe, q_scale)
         return x + self.mlp(self.ln2(x))
 
 
@@ -121,7 +136,12 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(args.d_model, args.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight
         self._mask_cache: tuple | None = None  # (key, mask) of the last bias mask built outside autograd
+        self.logn_beyond: int | None = None  # eval.logn: the training length L of the log-n temperature, or None
         self._init_weights()
+
+    def label(self) -> str:
+        """The row name of this model's numbers: the scheme's label, ``+logn`` with the eval-time temperature."""
+        return self.scheme.label() + ("+logn" if self.logn_beyond is not None else "")
 
     def _init_weights(self) -> None:
         """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layers). Scheme parameters keep the
@@ -145,10 +165,11 @@ class Decoder(nn.Module):
         if backend == "flex" and not default_positions and torch.compiler.is_compiling():
             raise ValueError("FlexAttention under torch.compile takes the forward's own positions 0..T-1 only")
         mask = None
+        q_scale = None if self.logn_beyond is None else logn_beyond(positions, self.logn_beyond)
         for layer, block in enumerate(self.blocks):
             if backend != "flex" and (layer == 0 or self.scheme.bias_per_layer):  # one per forward unless per-layer
                 mask = self._bias_mask(positions, layer, default_positions)
-            x = block(x, self.scheme, positions, mask, layer, backend, probe)
+            x = block(x, self.scheme, positions, mask, layer, backend, probe, q_scale)
         return self.lm_head(self.ln_f(x))
 
     def _bias_mask(self, positions: torch.Tensor, layer: int,

@@ -43,6 +43,9 @@ SCHEMES: dict[str, tuple[str, str, str]] = {
     "cope": ("#911eb4", "8", "scores"),
     "fire": ("#d4a017", "o", "scores"),
     "dape": ("#3cb44b", "1", "scores"),
+    "fox": ("#bfef45", "2", "scores"),
+    "stickbreaking": ("#556b2f", "3", "other"),
+    "ssmax": ("#c71585", "4", "other"),
 }
 # Colours and markers for a scheme not in the table (chosen by a digest of its name): none is a registered colour.
 EXTRA_COLOURS = ("#6a3d9a", "#ff4500", "#2f4f4f", "#3fd4a0", "#8da0cb", "#a6761d", "#fb9a99", "#5c5c8a")

@@ -79,6 +79,9 @@ class SweepConfig:
     train: str = "quick"
     eval: str = "default"
     grid: dict[str, list[Any]] = field(default_factory=dict)  # more axes: {model.n_layers: [2, 4]}
+    # more points: a scheme of the sweep with options, after its plain one ({name: <scheme>, <option>: <value>};
+    # e.g. [{name: rope, frequencies_kept: 0.75}, {name: rope, hope: true}])
+    scheme_variants: list[dict[str, Any]] = field(default_factory=list)
     overrides: list[str] = field(default_factory=list)  # fixed overrides for every point
     out: str | None = None  # where the report goes; default <results_dir>/<name>
     launcher: str = "local"
@@ -197,7 +200,31 @@ def expand(sweep: SweepConfig, overrides: list[str]) -> list[list[str]]:
         else:
             final[key] = [o.input_line]
     final["scheme"] = final.pop("scheme")  # innermost: a complete table per seed comes first
-    return [list(point) for point in itertools.product(*final.values())]
+    for i, variant in enumerate(sweep.scheme_variants):
+        if not isinstance(variant, dict) or variant.get("name") not in schemes.available():
+            raise ConfigError(f"sweep.scheme_variants[{i}]={variant}: give {{name: <scheme>, <option>: <value>}} with a "
+                              f"registered scheme ({', '.join(schemes.available())})")
+    schemes_axis = []
+    for o in final["scheme"]:
+        schemes_axis.append([o])
+        for variant in sweep.scheme_variants:
+            if variant.get("name") == o.partition("=")[2]:
+                options = {k: v for k, v in variant.items() if k != "name"}
+                schemes_axis.append([o, *_option_overrides("scheme", options)])
+    final["scheme"] = schemes_axis
+    return [[o for part in point for o in (part if isinstance(part, list) else [part])]
+            for point in itertools.product(*final.values())]
+
+
+def _option_overrides(prefix: str, options: dict[str, Any]) -> list[str]:
+    """{scaling: {type: yarn}, hope: true} -> ['scheme.scaling.type=yarn', 'scheme.hope=true']."""
+    out = []
+    for key, value in options.items():
+        if isinstance(value, dict):
+            out += _option_overrides(f"{prefix}.{key}", value)
+        else:
+            out.append(f"{prefix}.{key}={_value(value).lower() if isinstance(value, bool) else _value(value)}")
+    return out
 
 
 @dataclass

@@ -166,3 +166,103 @@ def test_dape_adds_the_bias_and_an_mlp_of_every_heads_logit_and_bias():
         f = lin2.weight @ torch.where(h > 0, h, 0.01 * h) + lin2.bias
         torch.testing.assert_close(terms[0, :, i, j], bias[:, i, j] + f, atol=1e-6, rtol=0)
     assert bias[1, 5, 0].item() == pytest.approx(-5 / 2**8)
+
+
+def test_ssmax_scales_each_query_by_s_ln_n_with_s_one_over_ln_L():
+    """Fixed s (learned: false) = 1/ln L, L = 16: the query at position 15 (n = 16 keys) keeps its scale 1, at position
+    3 (n = 4) it is ln 4 / ln 16 = 0.5, at position 255 (n = 256) ln 256 / ln 16 = 2; keys are untouched. Learned s
+    starts at the same value, one per layer and head."""
+    from pe_bench.schemes.ssmax import SSMax, SSMaxOptions
+
+    sm = SSMax(SSMaxOptions(learned=False), shape(n_layers=2, L=16))
+    q = torch.ones(1, 2, 3, 8)
+    qs, ks = sm.rotate(q, q.clone(), torch.tensor([3, 15, 255]), layer=1)
+    assert qs[0, :, :, 0].flatten().tolist() == pytest.approx([0.5, 1.0, 2.0] * 2, rel=1e-6)
+    assert torch.equal(ks, q)
+    learned = SSMax(SSMaxOptions(), shape(n_layers=3, L=16))
+    assert learned.s.shape == (3, 2) and learned.s.requires_grad
+    assert learned.s.detach().flatten().tolist() == pytest.approx([1 / math.log(16)] * 6)
+
+
+def test_logn_at_evaluation_scales_queries_beyond_L_only():
+    """The training-free form (eval.logn): max(1, ln n / ln L) — 1 for every n <= L, ln 256 / ln 16 = 2 at n = 256."""
+    from pe_bench.model import logn_beyond
+
+    scale = logn_beyond(torch.arange(256), 16)
+    assert torch.equal(scale[:16], torch.ones(16))
+    assert scale[255].item() == pytest.approx(2.0)
+    assert scale[16].item() == pytest.approx(math.log(17) / math.log(16))
+
+
+def test_fox_with_a_constant_gate_is_alibi_with_slope_minus_ln_f():
+    """f_t = σ(w·x_t + b) with w = 0 and b = 5: every ln f_l = ln σ(5) = −0.0067153…, so D_ij = Σ_{l=j+1..i} ln f_l
+    = (i − j)·ln σ(5) — ALiBi with slope −ln σ(5); the future is left to the causal mask."""
+    from pe_bench.schemes.fox import Fox, FoxOptions
+
+    fox = Fox(FoxOptions(), shape(n_layers=2))
+    with torch.no_grad():
+        fox.gates[1].weight.zero_()
+    x = torch.randn(1, 5, 16)
+    d = fox.input_bias(x, layer=1)[0, 0]
+    ln_f = -math.log1p(math.exp(-5.0))  # ln σ(5)
+    assert ln_f == pytest.approx(-0.0067153484891179, rel=1e-12)
+    i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
+    keep = j <= i
+    assert d[keep].tolist() == pytest.approx(((i - j)[keep] * ln_f).tolist(), abs=1e-6)
+
+
+def test_fox_gates_depend_on_the_tokens():
+    """A data-dependent bias: two inputs give two biases (the gate reads x), each 0 on the diagonal."""
+    from pe_bench.schemes.fox import Fox, FoxOptions
+
+    fox = Fox(FoxOptions(), shape(n_layers=1))
+    a, b = (fox.input_bias(torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(s)), 0) for s in (0, 1))
+    assert not torch.allclose(a, b)
+    assert a[0, :, range(6), range(6)].abs().max() == 0
+
+
+def test_stick_breaking_weights_by_hand():
+    """z = (0.5, −1, 2) for keys 0, 1, 2 of the query at position 3 (its own key excluded, the paper's j < i):
+    A_2 = σ(2), A_1 = σ(−1)(1 − σ(2)), A_0 = σ(0.5)(1 − σ(−1))(1 − σ(2)): the nearest key claims first."""
+    from pe_bench.schemes.stickbreaking import StickBreaking, StickBreakingOptions
+
+    def s(v: float) -> float:
+        return 1 / (1 + math.exp(-v))
+
+    logits = torch.tensor([[[[0.5, -1.0, 2.0, 7.0]]]])  # the query's own key (7.0) gets nothing
+    w = StickBreaking(StickBreakingOptions(), shape()).attention_weights(logits, torch.tensor([3]), torch.arange(4), 0)
+    assert w.flatten().tolist() == pytest.approx(
+        [s(0.5) * (1 - s(-1)) * (1 - s(2)), s(-1) * (1 - s(2)), s(2), 0.0], rel=1e-5)
+    own = StickBreaking(StickBreakingOptions(attend_current=True), shape())
+    w = own.attention_weights(logits, torch.tensor([3]), torch.arange(4), 0).flatten()
+    assert w[3].item() == pytest.approx(s(7.0)) and w[2].item() == pytest.approx(s(2) * (1 - s(7.0)), rel=1e-5)
+
+
+def test_the_default_sweep_adds_p_rope_and_hope_points_beside_plain_rope():
+    from pe_bench.sweep import expand, load_sweep
+
+    points = expand(load_sweep("default", []), ["scheme=rope,alibi", "seed=0"])
+    schemes = [[o for o in p if o.startswith("scheme")] for p in points]
+    assert schemes == [["scheme=rope"], ["scheme=rope", "scheme.frequencies_kept=0.75"],
+                       ["scheme=rope", "scheme.hope=true"], ["scheme=alibi"]]
+
+
+def test_eval_logn_adds_plus_logn_rows_equal_to_the_plain_ones_at_L(smoke_args, tmp_path):
+    """`pe-bench eval RUN eval.logn=true` evaluates the same weights with the log-n temperature beyond L: rows
+    labelled <scheme>+logn beside the plain ones, the same perplexity at L (no query sees more than L keys there)
+    and a different one beyond it."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from pe_bench.cli import app
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["train", "scheme=nope", *smoke_args, "--no-progress"]).exit_code == 0
+    run = next((tmp_path / "results" / "runs").iterdir())
+    r = runner.invoke(app, ["eval", str(run), "eval.logn=true", "eval.modes=[nonoverlapping]"])
+    assert r.exit_code == 0, r.output
+    ev = pd.read_csv(run / "eval.csv")
+    ev = ev[ev["mode"] == "nonoverlapping"].set_index(["scheme", "L_eval"])["ppl"]
+    L = 32
+    assert ev[("nope+logn", L)] == pytest.approx(ev[("nope", L)], rel=1e-6)
+    assert ev[("nope+logn", 4 * L)] != pytest.approx(ev[("nope", 4 * L)], rel=1e-6)

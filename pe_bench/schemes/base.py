@@ -118,6 +118,12 @@ class Scheme(nn.Module):
         when ``bias_per_layer`` is set; otherwise the model calls this once per forward pass."""
         return None
 
+    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | None:
+        """x: (B, T, C), the layer's normalised input -> additive logit bias (B, H, T, T) that depends on the data,
+        or None (the default). Only entries with key <= query are used. For schemes whose bias is computed from the
+        tokens rather than the positions (the Forgetting Transformer's gates): the one hook that sees x."""
+        return None
+
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         """q: (B, H, Tq, D), k: (B, H, Tk, D) after ``rotate``, q_pos: (Tq,), k_pos: (Tk,) -> extra logits
@@ -137,15 +143,29 @@ class Scheme(nn.Module):
         distance: FlexAttention's table, the blocks of a long mask). Default: the scheme is ``relative``."""
         return self.relative
 
+    def attention_weights(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                          layer: int) -> torch.Tensor | None:
+        """logits: (B, H, Tq, Tk) float32, every term and bias added, −inf where the key is in the future -> the
+        attention weights (B, H, Tq, Tk) in place of the softmax, or None for the softmax (the default). For schemes
+        that replace the normalisation itself (stick-breaking attention); each row on its own, so attention may pass
+        a block of query rows with their causal prefix of keys."""
+        return None
+
     def has_score_terms(self) -> bool:
-        """Whether ``score_terms`` can return terms (then no fused kernel can run this scheme)."""
-        return type(self).score_terms is not Scheme.score_terms
+        """Whether the logits or their normalisation need the explicit path: ``score_terms`` can return terms or
+        ``attention_weights`` replaces the softmax (then no fused kernel can run this scheme)."""
+        return (type(self).score_terms is not Scheme.score_terms
+                or type(self).attention_weights is not Scheme.attention_weights)
 
     # ---- FlexAttention ----------------------------------------------------------------------------------
     def flex_problem(self) -> str | None:
         """Why ``score_mod`` cannot express this scheme (one phrase), or None."""
+        if type(self).attention_weights is not Scheme.attention_weights:
+            return "it replaces the softmax, which FlexAttention computes itself"
         if self.has_score_terms() and type(self).score_mod is Scheme.score_mod:
             return "its score terms have no score_mod"
+        if type(self).input_bias is not Scheme.input_bias:
+            return "its bias is computed from the layer input, which score_mod does not see"
         return None
 
     def score_mod(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int):

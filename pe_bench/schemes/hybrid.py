@@ -51,6 +51,9 @@ class Composite(Scheme):
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:
         return _sum([p.score_bias(q_pos, k_pos, layer) for p in self.parts])
 
+    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | None:
+        return _sum([p.input_bias(x, layer) for p in self.parts])
+
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         return _sum([p.score_terms(q, k, q_pos, k_pos, layer) for p in self.parts])
@@ -58,6 +61,11 @@ class Composite(Scheme):
     def value_terms(self, probs: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         return _sum([p.value_terms(probs, q_pos, k_pos, layer) for p in self.parts])
+
+    def attention_weights(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                          layer: int) -> torch.Tensor | None:
+        return next((w for p in self.parts if (w := p.attention_weights(logits, q_pos, k_pos, layer)) is not None),
+                    None)
 
     def has_score_terms(self) -> bool:
         return any(p.has_score_terms() for p in self.parts)

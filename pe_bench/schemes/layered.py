@@ -78,6 +78,13 @@ class Layered(Composite):
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor | None:
         return self.part(layer).score_bias(q_pos, k_pos, layer)
 
+    def attention_weights(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                          layer: int) -> torch.Tensor | None:
+        return self.part(layer).attention_weights(logits, q_pos, k_pos, layer)
+
+    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | None:
+        return self.part(layer).input_bias(x, layer)
+
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         return self.part(layer).score_terms(q, k, q_pos, k_pos, layer)
