@@ -200,14 +200,15 @@ def expand(sweep: SweepConfig, overrides: list[str]) -> list[list[str]]:
         else:
             final[key] = [o.input_line]
     final["scheme"] = final.pop("scheme")  # innermost: a complete table per seed comes first
-    for i, variant in enumerate(sweep.scheme_variants):
+    variants = [] if any(o.get_key_element() == "scheme" for o in parsed) else sweep.scheme_variants
+    for i, variant in enumerate(variants):  # (schemes named on the command line replace the config's, variants too)
         if not isinstance(variant, dict) or variant.get("name") not in schemes.available():
             raise ConfigError(f"sweep.scheme_variants[{i}]={variant}: give {{name: <scheme>, <option>: <value>}} with a "
                               f"registered scheme ({', '.join(schemes.available())})")
     schemes_axis = []
     for o in final["scheme"]:
         schemes_axis.append([o])
-        for variant in sweep.scheme_variants:
+        for variant in variants:
             if variant.get("name") == o.partition("=")[2]:
                 options = {k: v for k, v in variant.items() if k != "name"}
                 schemes_axis.append([o, *_option_overrides("scheme", options)])

@@ -241,10 +241,13 @@ def test_stick_breaking_weights_by_hand():
 def test_the_default_sweep_adds_p_rope_and_hope_points_beside_plain_rope():
     from pe_bench.sweep import expand, load_sweep
 
-    points = expand(load_sweep("default", []), ["scheme=rope,alibi", "seed=0"])
+    points = expand(load_sweep("default", ["schemes=[rope,alibi]"]), ["seed=0"])
     schemes = [[o for o in p if o.startswith("scheme")] for p in points]
     assert schemes == [["scheme=rope"], ["scheme=rope", "scheme.frequencies_kept=0.75"],
                        ["scheme=rope", "scheme.hope=true"], ["scheme=alibi"]]
+    # schemes named on the command line replace the config's, its variants too
+    named = expand(load_sweep("default"), ["scheme=rope,alibi", "seed=0"])
+    assert [[o for o in p if o.startswith("scheme")] for p in named] == [["scheme=rope"], ["scheme=alibi"]]
 
 
 def test_eval_logn_adds_plus_logn_rows_equal_to_the_plain_ones_at_L(smoke_args, tmp_path):
