@@ -14,7 +14,7 @@ from pe_bench import attention
 from pe_bench.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
                                 with_input_bias)
 from pe_bench.schemes import Scheme
-from pe_bench.schemes.base import lean_inference
+from pe_bench.schemes.base import lean_inference, log_n
 
 Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
 
@@ -53,7 +53,7 @@ def pose_positions(length: int, target: int, chunks: int, generator: torch.Gener
 def logn_beyond(positions: torch.Tensor, L: int) -> torch.Tensor:
     """The training-free log-n attention temperature (Chiang & Cholak 2022, §5; the inference-time form of SSMax,
     Nakanishi 2025): queries at n = position + 1 > L keys scaled by ln n / ln L, the others by 1. (T,) float."""
-    return (torch.log1p(positions.float()) / math.log(max(L, 2))).clamp(min=1.0)
+    return (log_n(positions) / math.log(max(L, 2))).clamp(min=1.0)
 
 
 class CausalSelfAttention(nn.Module):

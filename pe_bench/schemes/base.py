@@ -213,6 +213,12 @@ def lean_inference() -> bool:
     return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
+def log_n(positions: torch.Tensor) -> torch.Tensor:
+    """positions: (T,) -> ln n with n = position + 1 keys seen by a causal query, float (T,): the log-n attention
+    temperature's argument (ssmax, and eval.logn for every scheme)."""
+    return torch.log1p(positions.float())
+
+
 def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """i − j for every (query, key) pair, clamped at 0 for the future keys the causal mask removes: (Tq, Tk)."""
     return (q_pos[:, None] - k_pos[None, :]).clamp(min=0)

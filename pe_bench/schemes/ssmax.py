@@ -18,17 +18,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, Scheme, log_n
 
 
 @dataclass
 class SSMaxOptions:
     learned: bool = True  # s per layer and head, trained (SSMax); false: fixed at 1/ln L
-
-
-def log_n(positions: torch.Tensor) -> torch.Tensor:
-    """positions: (T,) -> ln n with n = position + 1 keys seen by a causal query, float (T,)."""
-    return torch.log1p(positions.float())
 
 
 class SSMax(Scheme):
