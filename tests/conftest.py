@@ -1,6 +1,7 @@
 import os
 
 import pytest
+import torch
 
 # Never touch the network or the user's caches from tests.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -12,6 +13,21 @@ def _isolated_caches(tmp_path_factory):
     root = tmp_path_factory.mktemp("caches")
     os.environ["PE_BENCH_CACHE"] = str(root / "pe-bench")
     os.environ["HF_HOME"] = str(root / "hf")
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_marked_cuda(request, monkeypatch):
+    """Every test but those marked `cuda` runs as on a machine without a GPU.
+
+    `train.device=auto` picks CUDA (with bf16 and torch.compile) when one is visible, so on a GPU machine the
+    suite's CLI tests would train compiled bf16 models against expectations measured in fp32 on the CPU. Hidden
+    here in-process (`torch.cuda.is_available`) and for the subprocesses a test starts (sweep workers, Slurm
+    jobs) through CUDA_VISIBLE_DEVICES; `tests/test_cuda.py` is where the GPU is tested.
+    """
+    if request.node.get_closest_marker("cuda") is None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     yield
 
 
