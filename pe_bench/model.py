@@ -14,7 +14,7 @@ from pe_bench import attention
 from pe_bench.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
                                 with_input_bias)
 from pe_bench.schemes import Scheme
-from pe_bench.schemes.base import lean_inference, log_n
+from pe_bench.schemes.base import lean_inference, log_n, same_values, values_of
 
 Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
 
@@ -135,7 +135,7 @@ class Decoder(nn.Module):
         self.ln_f = nn.LayerNorm(args.d_model)
         self.lm_head = nn.Linear(args.d_model, args.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight
-        self._mask_cache: tuple | None = None  # (key, mask) of the last bias mask built outside autograd
+        self._mask_cache: tuple | None = None  # (key, scheme values, mask): the last bias mask built outside autograd
         self.logn_beyond: int | None = None  # eval.logn: the training length L of the log-n temperature, or None
         self._init_weights()
 
@@ -179,9 +179,8 @@ class Decoder(nn.Module):
           query rows at a time; positions must increase);
         - a bias that is a function of i − j, at positions 0..T−1, is computed once per distance (BiasRows);
         - a smaller one that cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's
-          parameters and buffers as they are (same tensors, same version counters: an optimizer step or a loaded
-          state changes them) — is kept for the next forward pass: the evaluator's windows of one length build it
-          once."""
+          parameters and buffers with the same values (compared with a copy: an optimizer step or a loaded state
+          changes them) — is kept for the next forward pass: the evaluator's windows of one length build it once."""
         T, H = positions.shape[0], self.args.n_heads
         if self.scheme.score_bias(positions[:1], positions[:1], layer) is None:
             return None
@@ -190,18 +189,19 @@ class Decoder(nn.Module):
         if outside and H * T * T * 4 > attention.MASK_BUDGET and (
                 default_positions or bool((positions[1:] > positions[:-1]).all())):
             return BiasRows(self.scheme, positions, layer, attention.MASK_BUDGET // (H * T * 4), by_distance)
-        key = None
+        key = state = None
         if outside and default_positions and not self.scheme.bias_per_layer:
-            state = [*self.scheme.parameters(), *self.scheme.buffers()]
-            key = (positions.shape[0], positions.device, tuple((t.data_ptr(), t._version) for t in state))
-            if self._mask_cache is not None and self._mask_cache[0] == key:
-                return self._mask_cache[1]
+            state = (*self.scheme.parameters(), *self.scheme.buffers())
+            key = (positions.shape[0], positions.device)
+            kept = self._mask_cache
+            if kept is not None and kept[0] == key and same_values(kept[1], state):
+                return kept[2]
         if by_distance:
             mask = BiasRows(self.scheme, positions, layer, T, by_distance=True).block(0, T)
         else:
             mask = causal_bias_mask(self.scheme.score_bias(positions, positions, layer), positions, positions)
         if key is not None:  # (no module state is touched under autograd: torch.compile traces that path)
-            self._mask_cache = (key, mask)
+            self._mask_cache = (key, values_of(state), mask)
         return mask
 
     def num_params(self) -> int:

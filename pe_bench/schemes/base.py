@@ -213,6 +213,20 @@ def lean_inference() -> bool:
     return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
+def values_of(tensors) -> tuple[torch.Tensor, ...]:
+    """A copy of the values a table kept outside autograd was computed from, for ``same_values`` to check it with.
+    Version counters cannot tell: the fused AdamW updates parameters in place without bumping them (torch 2.13)."""
+    return tuple(t.detach().clone() for t in tensors)
+
+
+def same_values(kept: tuple[torch.Tensor, ...], tensors) -> bool:
+    """Whether ``tensors`` hold exactly the values ``kept`` (from ``values_of``) copied: same shapes, devices, bits."""
+    tensors = tuple(tensors)
+    return len(kept) == len(tensors) and all(
+        a.shape == b.shape and a.device == b.device and a.dtype == b.dtype and torch.equal(a, b)
+        for a, b in zip(kept, tensors))
+
+
 def log_n(positions: torch.Tensor) -> torch.Tensor:
     """positions: (T,) -> ln n with n = position + 1 keys seen by a causal query, float (T,): the log-n attention
     temperature's argument (ssmax, and eval.logn for every scheme)."""

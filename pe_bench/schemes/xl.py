@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import ModelShape, Scheme, causal_distance, lean_inference
+from pe_bench.schemes.base import ModelShape, Scheme, causal_distance, lean_inference, same_values, values_of
 from pe_bench.schemes.sinusoidal import sinusoid_table
 
 
@@ -41,7 +41,7 @@ class TransformerXL(Scheme):
     def _projected(self, n: int, layer: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """W_R R_r for distances r < n: (H, n, D). Outside autograd attention asks for it block after block of
         query rows: the last layer's table is kept (rows for a power of two ≥ n distances; row r does not depend
-        on n) while W_R is the same tensor at the same version."""
+        on n) while W_R holds the same values."""
         H, D = self.shape.n_heads, self.shape.head_dim
 
         def table(m: int) -> torch.Tensor:
@@ -50,12 +50,12 @@ class TransformerXL(Scheme):
 
         if not lean_inference():
             return table(n)
-        key = (layer, dtype, device, self.r_proj.data_ptr(), self.r_proj._version)
-        kept = getattr(self, "_kept", None)
-        if kept is None or kept[0] != key or kept[1].shape[1] < n:
-            kept = (key, table(1 << (n - 1).bit_length()))
+        key = (layer, dtype, device)
+        kept = getattr(self, "_kept", None)  # (key, W_R's values, table)
+        if kept is None or kept[0] != key or kept[2].shape[1] < n or not same_values(kept[1], (self.r_proj[layer],)):
+            kept = (key, values_of((self.r_proj[layer],)), table(1 << (n - 1).bit_length()))
             self._kept = kept
-        return kept[1][:, :n]
+        return kept[2][:, :n]
 
     def _relative(self, q: torch.Tensor, k: torch.Tensor, n: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """-> u·k_j: (B, H, Tk) and (q_i + v)·W_R R_r for distances r < n: (B, H, Tq, n), both unscaled."""
