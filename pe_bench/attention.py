@@ -205,8 +205,10 @@ def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         keys = T if rows >= T else j
         q_pos, k_pos = positions[i:j], positions[:keys]
         qb, kb = q[:, :, i:j], k[:, :, :keys]
-        logits = (qb @ kb.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+        # The scheme's terms first: autograd sums q's and k's gradients in the order of the operations, and the
+        # committed runs of CoPE were trained with this one (another order changes the low bits, then a whole run).
         extra = None if terms is None else terms(qb, kb, q_pos, k_pos)
+        logits = (qb @ kb.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
         if extra is not None:
             logits += extra.float()
         block_mask = mask_block(mask, i, j, keys)

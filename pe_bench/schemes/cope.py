@@ -40,11 +40,11 @@ class CoPE(Scheme):
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor:
         future = k_pos[None, :] > q_pos[:, None]
-        by_row = (q @ self.pos_emb[layer].to(q.dtype)).float()  # (B, H, Tq, p_max): q_i·e[p]
         logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
         if lean_inference():  # the same numbers, in place: a few (B, H, Tq, Tk) tensors fewer
             pos = logits.sigmoid_().masked_fill_(future, 0.0).flip(-1).cumsum_(-1).flip(-1)
             pos.clamp_(max=self.options.max_position - 1)  # Σ_{t >= j} g_it
+            by_row = (q @ self.pos_emb[layer].to(q.dtype)).float()  # (B, H, Tq, p_max): q_i·e[p]
             at_upper = by_row.gather(-1, pos.ceil().long())
             lower = pos.floor()
             at_lower = by_row.gather(-1, lower.long())
@@ -56,6 +56,9 @@ class CoPE(Scheme):
         pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=self.options.max_position - 1)  # Σ_{t >= j} g_it
         lower = pos.floor()
         w = pos - lower
+        # In this order: autograd sums the gradients of q and by_row in the order of the operations, and the
+        # committed CoPE runs were trained with it (another order changes the low bits, then a 1000-step run).
+        by_row = (q @ self.pos_emb[layer].to(q.dtype)).float()  # (B, H, Tq, p_max): q_i·e[p]
         at_lower = by_row.gather(-1, lower.long())
         at_upper = by_row.gather(-1, pos.ceil().long())
         return at_upper * w + at_lower * (1 - w)
