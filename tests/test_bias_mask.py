@@ -38,19 +38,25 @@ OPTIMIZERS = {"sgd": lambda ps: torch.optim.SGD(ps, lr=1.0),
               "adamw_foreach": lambda ps: torch.optim.AdamW(ps, lr=0.1, foreach=True)}
 
 
+def _before_and_after_a_step(model, x: torch.Tensor, optimizer: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits outside autograd, then one step of ``optimizer`` on the scheme's parameters, then again."""
+    with torch.no_grad():
+        before = model(x)
+    opt = OPTIMIZERS[optimizer](list(model.scheme.parameters()))
+    model(x).float().pow(2).mean().backward()
+    opt.step()
+    with torch.no_grad():
+        return before, model(x)
+
+
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 @pytest.mark.parametrize("name, extra", [("t5", ()), ("alibi", ("scheme.learned_slopes=true",))])
 def test_the_mask_is_rebuilt_when_the_scheme_changes(name, extra, optimizer):
     """An optimizer step (or a loaded state) between two evaluations changes the bias: the kept mask is not used."""
     model = _model(name, *extra)
     x = torch.randint(0, 256, (1, 32))
+    before, after = _before_and_after_a_step(model, x, optimizer)
     with torch.no_grad():
-        before = model(x)
-        opt = OPTIMIZERS[optimizer](list(model.scheme.parameters()))
-        with torch.enable_grad():
-            model(x).float().pow(2).mean().backward()
-        opt.step()
-        after = model(x)
         model._mask_cache = None
         assert torch.equal(after, model(x)) and not torch.equal(before, after)
         other = _model(name, *extra)
@@ -67,13 +73,8 @@ def test_transformer_xl_keeps_no_table_across_an_optimizer_step(optimizer):
     again after a step: it must be rebuilt from the new W_R."""
     model = _model("xl", "model.n_layers=1").eval()
     x = torch.randint(0, 256, (1, 32))
+    before, after = _before_and_after_a_step(model, x, optimizer)
     with torch.no_grad():
-        before = model(x)
-        opt = OPTIMIZERS[optimizer](list(model.scheme.parameters()))
-        with torch.enable_grad():
-            model(x).float().pow(2).mean().backward()
-        opt.step()
-        after = model(x)
         model.scheme._kept = None
         assert torch.equal(after, model(x)) and not torch.equal(before, after)
 
