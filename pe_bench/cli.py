@@ -523,6 +523,8 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
            compare: tuple[str, str] | None = typer.Option(None, "--compare", metavar="A B",
                                                           help="Paired difference ppl(A) − ppl(B) at each length, "
                                                           "with its 95% interval, e.g. --compare alibi rope."),
+           partial: bool = typer.Option(False, "--partial", help="With --compare: also compare the rows of "
+                                        "`pe-bench eval --partial` (an unfinished run's step, labelled)."),
            plots: bool = typer.Option(True, help="Write PNG plots (needs matplotlib: pip install '.[plots]').")
            ) -> None:
     """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (one row per configuration:
@@ -563,7 +565,9 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
         raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--mode")
     col.df = df
     if compare:
-        t = paired(col, compare[0], compare[1], split, modes)
+        t = paired(col, compare[0], compare[1], split, modes, partial)
+        for line in t.attrs.get("left_out", []):
+            warn(f"not compared: {line}")
         table = Table(title=f"paired difference ppl({compare[0]}) − ppl({compare[1]}) on {split}, 95% interval",
                       header_style="bold")
         for c in t.columns:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pe_bench import markdown
 from pe_bench.report import STATUS_CELL, Collected
 from pe_bench.runs import atomic_write_text
 
@@ -97,8 +98,7 @@ def write_extension(col: Collected, out: Path, title: str = "", split: str = "va
     lines = [f"# {title}\n" if title else "",
              f"## Perplexity after fine-tuning, by method and budget (non-overlapping blocks, {split} split; columns: "
              "eval length in tokens; steps 0 = the parent evaluated with the method's eval-time options)\n",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in t.itertuples(index=False)]
+             markdown.table(header, t.itertuples(index=False))]
     atomic_write_text(paths[1], "\n".join(x for x in lines if x) + "\n")
     if plots:
         from pe_bench.plots import plot_extension

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -17,10 +16,11 @@ import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
-from pe_bench import stats
+from pe_bench import markdown, stats
 from pe_bench.build import build_scheme
 from pe_bench.config import Config, ConfigError
 from pe_bench.finetune import finetune_tag, method_tag
+from pe_bench.markdown import label_value
 from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of, read_csv
 
 MODES = ("nonoverlapping", "sliding")
@@ -39,13 +39,14 @@ TAGGED = ("train.steps", "train.seq_len", "train.pose_target", "train.pose_chunk
           "finetune.data_offset", "finetune.new_positions")
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested configuration keys → dotted keys with their values as labels show them (:func:`label_value`)."""
     out: dict[str, str] = {}
     for k, v in d.items():
         if isinstance(v, dict) and v:
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
-            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True, default=str) if isinstance(v, (list, dict)) else str(v)
+            out[f"{prefix}{k}"] = label_value(v)
     return out
 
 
@@ -159,6 +160,36 @@ def mixed_numerics(runs: list[Run]) -> bool:
     return len({_numerics(run) for run in runs} - {None}) > 1
 
 
+def _read_run(run: Run) -> tuple[Config, dict[str, Any], list[dict[str, str]]]:
+    """(config, meta, eval rows) of a run the report can use: a diverged run gives 'diverged' rows (beside the rows
+    of a --partial evaluation, labelled); an unfinished one only its --partial rows. RunFileError otherwise."""
+    meta = run.meta()
+    cfg = run.load_config()
+    status = meta.get("status")
+    if status == "diverged":
+        return cfg, meta, _diverged_rows(cfg, meta) + (read_eval_rows(run, meta) if run.eval_csv.exists() else [])
+    if not run.eval_csv.exists():
+        raise RunFileError(f"{run.path} has no eval.csv (status {status or 'unknown'})")
+    rows = read_eval_rows(run, meta)
+    if status != "done" and {str(r.get("step")) for r in rows} & {"None", "", str(cfg.train.steps)}:
+        raise RunFileError(f"{run.path} is not finished (status {status or 'unknown'}); its rows are left out until "
+                           "it is (or evaluate it with `pe-bench eval --partial`)")
+    return cfg, meta, rows
+
+
+def _run_frame(run: Run, cfg: Config, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """A run's eval rows as a frame, with the columns older files lack and the step of un-stepped rows filled in."""
+    d = pd.DataFrame(rows)
+    for c in ("budget", "step", "note", "S", "precision"):
+        if c not in d:
+            d[c] = ""
+    d["step"] = d["step"].replace({None: "", "None": ""}).astype(str).replace("", str(cfg.train.steps))
+    for c in ("budget", "S", "precision"):
+        d[c] = d[c].fillna("").astype(str)
+    d.insert(0, "run", run.path.name)
+    return d
+
+
 def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None) -> Collected:
     """Every trustworthy eval row of the given runs, in run order, with columns 'run', 'config' (the hash of the
     configuration without the seed: rows of one config are seed replicas), 'group' (also without the scheme: the
@@ -173,39 +204,21 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     mixed = mixed_numerics(runs)
     for run in runs:
         try:
-            meta = run.meta()
-            cfg = run.load_config()
-            status = meta.get("status")
-            if status == "diverged":  # 'diverged' rows, beside any rows of a --partial evaluation (labelled)
-                rows = _diverged_rows(cfg, meta) + (read_eval_rows(run, meta) if run.eval_csv.exists() else [])
-            elif not run.eval_csv.exists():
-                raise RunFileError(f"{run.path} has no eval.csv (status {status or 'unknown'})")
-            else:
-                rows = read_eval_rows(run, meta)
-                if status != "done":
-                    steps = {str(r.get("step")) for r in rows}
-                    if steps & {"None", "", str(cfg.train.steps)}:
-                        raise RunFileError(f"{run.path} is not finished (status {status or 'unknown'}); its rows "
-                                           "are left out until it is (or evaluate it with `pe-bench eval --partial`)")
+            cfg, meta, rows = _read_run(run)
+            run_windows = read_windows(run)
+            d = _run_frame(run, cfg, rows)
+            check_against_windows(run, d, run_windows)
         except RunFileError as e:
             left.append(str(e))
             continue
+        windows.update(run_windows)
         ident, config_id = config_identity(cfg, meta, mixed)
         group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
         tags[config_id] = finetune_tag(cfg)
-        flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
+        flat[config_id] = flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         if tags[config_id]:  # a fine-tune: what its tag says is not repeated, and it is compared with fine-tunes
             flat[config_id] = {k: v for k, v in flat[config_id].items() if k not in TAGGED}
-        flat_scheme[config_id] = _flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
-        d = pd.DataFrame(rows)
-        for c in ("budget", "step", "note", "S", "precision"):
-            if c not in d:
-                d[c] = ""
-        d["step"] = d["step"].replace({None: "", "None": ""}).astype(str).replace("", str(cfg.train.steps))
-        d["budget"] = d["budget"].fillna("").astype(str)
-        d["S"] = d["S"].fillna("").astype(str)
-        d["precision"] = d["precision"].fillna("").astype(str)
-        d.insert(0, "run", run.path.name)
+        flat_scheme[config_id] = flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
         d["config"], d["group"], d["steps"] = config_id, group, cfg.train.steps
         # fine-tuning: the parent's configuration, the budget, the method (scheme label + PoSE, fine-tune length)
         d["ft_parent"] = cfg.finetune.parent_config or ""
@@ -213,7 +226,6 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         d["ft_method"] = d["scheme"] + method_tag(cfg)
         d["bare"] = digest(identity(cfg, seed=False))
         frames.append(d)
-        _read_windows(run, windows)
     if not frames:
         return Collected(pd.DataFrame(), windows, left)
     df = pd.concat(frames, ignore_index=True)
@@ -274,37 +286,82 @@ def collect(runs: list[Run]) -> pd.DataFrame:
     return collect_all(runs).df
 
 
-def _read_windows(run: Run, out: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> None:
-    """Per-window losses of a run, keyed like its eval rows plus the tokens they score; a damaged or stale
-    windows.csv only costs the intervals and marks (keys whose windows do not recompute their row are dropped when
-    the rows are matched, in :func:`_cell_windows`)."""
+WINDOW_REQUIRED = ("scheme", "split", "L_eval", "mode", "stride", "budget", "step", "tokens_scored", "window", "nll",
+                   "tokens")
+# A window's row is keyed like its eval.csv row (EVAL_KEY): the span scored is part of the key, so two evaluations of
+# one length with other length sets (other spans) never pool their windows.
+WINDOW_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "tokens_scored")
+NOT_A_NUMBER = {"nan", "inf", "-inf", "+inf"}  # what a non-finite loss is written as
+
+
+def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Per-window losses of a run: (run name, *WINDOW_KEY values) → (nll, tokens) in window order, for every key
+    whose windows are finite (a variant that overflowed has none; the other keys keep theirs). A file that cannot
+    be read whole — unparseable, cut short, windows that do not add up to the tokens they say they scored — is a
+    RunFileError naming it."""
     path = run.path / "windows.csv"
     if not path.exists():
-        return
-    try:
-        w = pd.read_csv(path, dtype=str, keep_default_na=False)
-        w["nll"], w["tokens"], w["window"] = (pd.to_numeric(w[c]) for c in ("nll", "tokens", "window"))
-        for c in ("S", "precision"):
-            if c not in w:
-                w[c] = ""
-        groups = w.groupby(["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision"],
-                           sort=False)
-        for key, g in groups:
-            g = g.sort_values("window")
-            nll, tokens = g["nll"].to_numpy(float), g["tokens"].to_numpy(float)
-            if np.isfinite(nll).all() and np.isfinite(tokens).all():
-                out[(run.path.name, *key, str(int(tokens.sum())))] = (nll, tokens)
-    except Exception:  # noqa: BLE001 - a damaged windows.csv only costs the intervals
-        return
+        return {}
+    rows, columns = read_whole_csv(path, None, WINDOW_REQUIRED)
+    w = pd.DataFrame(rows, columns=columns, dtype=str)
+    if w.isna().any().any():
+        raise RunFileError(f"{path} has a line with the wrong number of fields (truncated or edited)")
+    for c in ("S", "precision"):
+        if c not in w:
+            w[c] = ""
+    numbers = {c: pd.to_numeric(w[c], errors="coerce") for c in ("nll", "tokens", "window")}
+    for c, v in numbers.items():
+        bad = v.isna() & ~w[c].str.strip().str.lower().isin(NOT_A_NUMBER)
+        if bad.any():
+            line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+            raise RunFileError(f"{path} line {line} holds a {c} that is not a number: {w[c][bad].iloc[0]!r}")
+    w = w.assign(**numbers)
+    out = {}
+    for key, g in w.groupby(list(WINDOW_KEY), sort=False):
+        g = g.sort_values("window")
+        nll, tokens = g["nll"].to_numpy(float), g["tokens"].to_numpy(float)
+        if not (np.isfinite(nll).all() and np.isfinite(tokens).all()):
+            continue  # that variant's rows are 'nan' already: no interval to give
+        if str(int(tokens.sum())) != key[-1]:
+            raise RunFileError(f"{path}: the windows of {key[0]} at {key[2]} tokens ({key[3]}) add up to "
+                               f"{int(tokens.sum())} tokens, not the {key[-1]} they say they scored (edited or "
+                               "mixed up); re-evaluate the run with `pe-bench eval`")
+        out[(run.path.name, *key)] = (nll, tokens)
+    return out
+
+
+def window_key(run: str, r: Any) -> tuple:
+    """The :func:`read_windows` key of an eval row (a dict or a namedtuple of the collected table)."""
+    get = r.get if isinstance(r, dict) else lambda c: getattr(r, c)
+    return (run, *(str(int(float(get(c)))) if c in ("L_eval", "stride", "tokens_scored") else str(get(c))
+                   for c in WINDOW_KEY))
+
+
+def recomputed_ppl(w: tuple[np.ndarray, np.ndarray]) -> float:
+    return float(np.exp(w[0].sum() / w[1].sum()))
+
+
+def agrees(w: tuple[np.ndarray, np.ndarray], ppl: float) -> bool:
+    """Whether per-window losses recompute a row's perplexity (as written: 4 decimals; window nll: 6)."""
+    return abs(recomputed_ppl(w) - ppl) <= 1e-4 + 1e-5 * ppl
+
+
+def check_against_windows(run: Run, rows: pd.DataFrame, windows: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Refuse a run whose eval.csv says another number than its own windows.csv recomputes (edited by hand)."""
+    for r in rows[rows["status"] == "ok"].itertuples():
+        w = windows.get(window_key(run.path.name, r))
+        if w is not None and not agrees(w, float(r.ppl)):
+            raise RunFileError(f"{run.eval_csv}: {r.scheme} at {r.L_eval} tokens ({r.mode}) says perplexity "
+                               f"{float(r.ppl):g}, its windows.csv recomputes {recomputed_ppl(w):.4f} (edited or "
+                               "stale); re-evaluate the run with `pe-bench eval`")
 
 
 def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
     """seed → per-window (nll, tokens) for the rows of one table cell; None if any seed lacks them."""
     out = {}
     for r in rows.itertuples():
-        w = col.windows.get((r.run, r.scheme, r.split, str(r.L_eval), r.mode, str(r.stride), str(r.S),
-                             str(r.budget), str(r.step), str(r.precision), str(int(r.tokens_scored))))
-        if w is None or abs(float(np.exp(w[0].sum() / w[1].sum())) - float(r.ppl)) > 1e-3 * float(r.ppl):
+        w = col.windows.get(window_key(r.run, r))
+        if w is None or not agrees(w, float(r.ppl)):
             return None  # no windows, or windows that do not recompute this row
         out[int(r.seed)] = w
     return out
@@ -423,43 +480,61 @@ def _paired(col: Collected, ra: pd.DataFrame, rb: pd.DataFrame) -> stats.Paired 
 
 
 def compare(col: Collected, a: str, b: str, split: str = "validation",
-            modes: tuple[str, ...] | list[str] = MODES) -> pd.DataFrame:
+            modes: tuple[str, ...] | list[str] = MODES, partial: bool = False) -> pd.DataFrame:
     """Paired difference ppl(a) − ppl(b) at each mode and eval length, for every configuration group that has both
     schemes (rows matched by their scheme label): the same windows and seeds on both sides, a 95% interval over
-    seeds (≥ 2 paired seeds) or a paired bootstrap over windows, and whether it excludes zero."""
-    d = col.df
-    d = d[d["split"] == split]
-    out = []
+    seeds (≥ 2 paired seeds) or a paired bootstrap over windows, and whether it excludes zero. Rows of a --partial
+    evaluation (an unfinished run's step) are compared only with ``partial``. What was not compared, and why, is
+    in ``.attrs["left_out"]`` (one line per configuration and reason)."""
     for missing in (x for x in (a, b) if x not in set(col.df["scheme"])):
         raise ConfigError(f"--compare: no rows for scheme {missing!r}; rows here: "
                           f"{', '.join(sorted(set(col.df['scheme'])))}")
+    d = col.df[(col.df["split"] == split) & col.df["mode"].isin(modes) & col.df["scheme"].isin([a, b])]
+    out, why = [], {}
     settings = ["mode", "group", "L_train", "L_eval", "budget", "S", "precision", "step", "tokens_scored"]
     for (mode, *_), g in d.groupby(settings, sort=True):
-        L, n = g["L_train"].iloc[0], g["L_eval"].iloc[0]
-        ra, rb = g[g["scheme"] == a], g[g["scheme"] == b]
-        if mode not in modes or ra.empty or rb.empty:
-            continue
-        # Pair the seeds both have with a finite number; say which were dropped and why.
-        bad = {int(x) for x in pd.concat([ra, rb]).query("status != 'ok'")["seed"]}
-        common = (set(ra["seed"]) & set(rb["seed"])) - bad
-        dropped = sorted((set(ra["seed"]) | set(rb["seed"])) - common)
-        ra, rb = ra[ra["seed"].isin(common)], rb[rb["seed"].isin(common)]
-        p = _paired(col, ra, rb) if common else None
-        if p is None:
-            continue
-        label = ra["label"].iloc[0].replace(a, "", 1).lstrip(" ·")
-        verdict = {"lower": f"{a} lower", "higher": f"{b} lower"}.get(p.verdict, "not distinguishable")
-        out.append({"mode": mode, "config": label or "-", "L": int(L), "L_eval": int(n),
-                    f"ppl {a}": round(float(ra["ppl"].mean()), 3), f"ppl {b}": round(float(rb["ppl"].mean()), 3),
-                    "difference": round(p.diff, 3), "95% interval": f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]",
-                    "method": f"t, {p.interval.n} seeds" if p.interval.method == stats.T_METHOD
-                    else f"paired bootstrap, {p.interval.n} windows",
-                    "excludes 0": "yes" if p.excludes_zero else "no", "verdict": verdict,
-                    "seeds left out": ", ".join(map(str, dropped)) or "-"})
+        row, reason = _compared(col, g, a, b, partial)
+        if row is None:
+            label = g["label"].iloc[0].replace(g["scheme"].iloc[0], "", 1).lstrip(" ·") or "-"
+            why.setdefault((label, reason), []).append(f"{mode} {int(g['L_eval'].iloc[0])}")
+        else:
+            out.append({"mode": mode, **row})
+    left = [f"{a} vs {b} ({label}) at {', '.join(cells)}: {reason}" for (label, reason), cells in why.items()]
     if not out:
-        raise ConfigError(f"--compare {a} {b}: no configuration has both with per-window losses (windows.csv); "
-                          "re-evaluate the runs with `pe-bench eval RUN_DIR`")
-    return pd.DataFrame(out)
+        raise ConfigError(f"--compare {a} {b}: nothing to compare; " + ("; ".join(left) or "no rows"))
+    t = pd.DataFrame(out)
+    t.attrs["left_out"] = left
+    return t
+
+
+def _compared(col: Collected, g: pd.DataFrame, a: str, b: str, partial: bool) -> tuple[dict | None, str]:
+    """One row of :func:`compare` for the rows ``g`` of one setting (both schemes), or (None, why not)."""
+    ra, rb = g[g["scheme"] == a], g[g["scheme"] == b]
+    step, steps = int(g["step"].iloc[0]), int(g["steps"].iloc[0])
+    if step != steps and not partial:
+        return None, f"a partial evaluation (step {step}/{steps}); compared only with --partial"
+    if ra.empty or rb.empty:
+        return None, f"only {a if rb.empty else b} was evaluated with these settings"
+    # Pair the seeds both have with a finite number; say which were dropped and why.
+    bad = {int(x) for x in pd.concat([ra, rb]).query("status != 'ok'")["seed"]}
+    common = (set(ra["seed"]) & set(rb["seed"])) - bad
+    dropped = sorted((set(ra["seed"]) | set(rb["seed"])) - common)
+    if not common:
+        return None, "no seed has a finite perplexity on both sides"
+    ra, rb = ra[ra["seed"].isin(common)], rb[rb["seed"].isin(common)]
+    p = _paired(col, ra, rb)
+    if p is None:
+        return None, ("no per-window losses for every seed on both sides (windows.csv missing, or not scoring the "
+                      "same windows); re-evaluate the runs with `pe-bench eval RUN_DIR`")
+    label = ra["label"].iloc[0].replace(a, "", 1).lstrip(" ·")
+    verdict = {"lower": f"{a} lower", "higher": f"{b} lower"}.get(p.verdict, "not distinguishable")
+    return {"config": label or "-", "L": int(g["L_train"].iloc[0]), "L_eval": int(g["L_eval"].iloc[0]),
+            f"ppl {a}": round(float(ra["ppl"].mean()), 3), f"ppl {b}": round(float(rb["ppl"].mean()), 3),
+            "difference": round(p.diff, 3), "95% interval": f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]",
+            "method": f"t, {p.interval.n} seeds" if p.interval.method == stats.T_METHOD
+            else f"paired bootstrap, {p.interval.n} windows",
+            "excludes 0": "yes" if p.excludes_zero else "no", "verdict": verdict,
+            "seeds left out": ", ".join(map(str, dropped)) or "-"}, ""
 
 
 def _mark(value: Any, marked: bool, bold: tuple[str, str]) -> str:
@@ -507,13 +582,10 @@ def _fmt(strides) -> str:
 
 
 def _markdown(t: pd.DataFrame) -> str:
-    header = ["scheme", "L"] + list(t.columns)
     best = t.attrs.get("best", set())
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (scheme, L), row in t.iterrows():
-        cells = [_mark(v, c.isdigit() and (scheme, L, int(c)) in best, ("**", "**")) for c, v in row.items()]
-        lines.append("| " + " | ".join([str(scheme), str(L)] + cells) + " |")
-    return "\n".join(lines)
+    rows = [[scheme, L] + [_mark(v, c.isdigit() and (scheme, L, int(c)) in best, ("**", "**")) for c, v in row.items()]
+            for (scheme, L), row in t.iterrows()]
+    return markdown.table(["scheme", "L", *t.columns], rows)
 
 
 def rich_table(t: pd.DataFrame, title: str) -> Table:

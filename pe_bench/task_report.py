@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pe_bench import markdown
 from pe_bench.accuracy import ACCURACY_COLUMNS
 from pe_bench.config import Config
-from pe_bench.report import UNLABELLED, _flatten, config_identity, mixed_numerics, read_whole_csv
+from pe_bench.report import UNLABELLED, flatten, config_identity, mixed_numerics, read_whole_csv
 from pe_bench.runs import Run, RunFileError, atomic_write_text
 
 REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples", "seed",
@@ -88,7 +89,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
             left.append(str(e))
             continue
         ident, config_id = config_identity(cfg, meta, mixed)
-        flat[config_id] = _flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
+        flat[config_id] = flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         d = pd.DataFrame(rows).reindex(columns=ACCURACY_COLUMNS)
         d.insert(0, "run", run.path.name)
         d["config"] = config_id
@@ -154,11 +155,7 @@ def accuracy_table(df: pd.DataFrame, task: str, metric: str = "exact_match") -> 
 
 
 def _markdown(t: pd.DataFrame) -> str:
-    header = ["scheme", "L", *t.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (label, L), row in t.iterrows():
-        lines.append("| " + " | ".join([str(label), str(L), *map(str, row.tolist())]) + " |")
-    return "\n".join(lines)
+    return markdown.table(["scheme", "L", *t.columns], [[label, L, *row.tolist()] for (label, L), row in t.iterrows()])
 
 
 LEGEND = ("Cells: accuracy in % on the held-out examples (mean ± std over seeds; passkey: all depths pooled). "

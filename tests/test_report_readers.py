@@ -1,0 +1,146 @@
+"""The report reads what pe-bench wrote and never swallows what it cannot read: a NaN variant costs only its own
+rows, windows and eval rows of one run must agree, a partial evaluation never stands in for a finished
+configuration, two evaluations of one length at different spans never pool, and labels hold any value."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from pe_bench.cli import app
+from pe_bench.distributed import clear_stop, request_stop
+from pe_bench.markdown import label_value, table
+from pe_bench.report import collect_all, comparison, read_windows
+from pe_bench.runs import Run, RunFileError
+
+runner = CliRunner()
+SMALL = ["train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32"]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def train(results, *overrides):
+    r = invoke("train", *SMALL, f"results_dir={results}", *overrides, "--no-progress")
+    assert r.exit_code == 0, r.output
+    return max((results / "runs").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """rope and alibi, seed 0, finished (eval-time variants of rope off: the tests add their own)."""
+    results = tmp_path_factory.mktemp("readers") / "results"
+    rope = train(results, "scheme=rope", "eval.variants=false")
+    alibi = train(results, "scheme=alibi")
+    return results, rope, alibi
+
+
+@pytest.fixture
+def results(trained, tmp_path):
+    """A private copy of the trained runs."""
+    shutil.copytree(trained[0], tmp_path / "results")
+    return tmp_path / "results"
+
+
+def run_named(results, prefix):
+    return next(p for p in sorted((results / "runs").iterdir()) if p.name.startswith(prefix))
+
+
+def cell(col, label, n, mode="nonoverlapping"):
+    return comparison(col, mode).loc[(label, 32), str(n)]
+
+
+def test_a_nan_variant_costs_only_its_own_rows(results):
+    rope = run_named(results, "rope")
+    before = collect_all([Run(rope)])
+    r = invoke("eval", rope, "scheme.scaling.type=yarn", "scheme.scaling.factor=8",
+               "scheme.scaling.attention_factor=1e30", "eval.variants=false")
+    assert r.exit_code == 0, r.output
+    assert "nan" in (rope / "windows.csv").read_text()
+    after = collect_all([Run(rope)])
+    assert after.left_out == []
+    assert cell(after, "rope", 32) == cell(before, "rope", 32) and "[" in cell(after, "rope", 32)
+    assert cell(after, "rope+yarn×8[attention_factor=1e+30]", 32) == "nan"
+
+
+def test_an_unparseable_windows_file_leaves_its_run_out_in_one_line(results):
+    rope = run_named(results, "rope")
+    lines = (rope / "windows.csv").read_text().splitlines()
+    lines[5] = lines[5].rsplit(",", 2)[0] + ",twelve,32"
+    (rope / "windows.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunFileError, match="line 6 holds a nll that is not a number"):
+        read_windows(Run(rope))
+    col = collect_all([Run(rope), Run(run_named(results, "alibi"))])
+    assert len(col.left_out) == 1 and "windows.csv line 6" in col.left_out[0]
+    assert set(col.df["scheme"]) == {"alibi", "alibi+logn"} or set(col.df["scheme"]) == {"alibi"}
+
+
+def test_an_eval_csv_edited_against_its_windows_is_refused(results):
+    rope = run_named(results, "rope")
+    ev = pd.read_csv(rope / "eval.csv", keep_default_na=False)
+    ev.loc[0, "ppl"] = 9.999
+    ev.to_csv(rope / "eval.csv", index=False)
+    meta = json.loads((rope / "meta.json").read_text())
+    del meta["eval_csv_sha256"]  # the checksum would catch it; the windows must too
+    (rope / "meta.json").write_text(json.dumps(meta))
+    col = collect_all([Run(rope)])
+    assert col.df.empty and len(col.left_out) == 1
+    assert "says perplexity 9.999, its windows.csv recomputes" in col.left_out[0]
+    r = invoke("report", results, "--out", results.parent / "rep", "--no-plots")
+    assert r.exit_code == 0 and "9.999" not in (results.parent / "rep" / "comparison.md").read_text()
+    assert "left out:" in r.output and "edited or stale" in r.output
+
+
+def test_two_spans_of_one_length_keep_their_own_windows_and_intervals(results):
+    alibi = run_named(results, "alibi")
+    r = invoke("eval", alibi, "eval.lengths=[32,512,1024]", "eval.variants=false")
+    assert r.exit_code == 0, r.output
+    col = collect_all([Run(alibi)])
+    t = comparison(col, "nonoverlapping")
+    at_L = [t.loc[i, "32"] for i in t.index if i[0].startswith("alibi · scored=")]
+    assert len(at_L) == 2 and all("[" in c for c in at_L)  # each span its own interval
+    assert len({c.split(" [")[0] for c in at_L}) == 2
+
+
+def stopped_after_one_step(results, scheme):
+    """A seed-1 run stopped after its first step (what SIGTERM does), then evaluated with --partial."""
+    request_stop()
+    try:
+        r = invoke("train", *SMALL, f"results_dir={results}", f"scheme={scheme}", "eval.variants=false", "seed=1",
+                   "--no-progress")
+    finally:
+        clear_stop()
+    assert r.exit_code == 3, r.output
+    run = run_named(results, f"{scheme}-tiny-shakespeare-L32-s1")
+    assert invoke("eval", run, "--partial", "eval.variants=false").exit_code == 0
+
+
+def test_compare_says_what_it_left_out_and_never_uses_a_partial_row(results):
+    stopped_after_one_step(results, "rope")
+    r = invoke("report", results, "--compare", "alibi", "rope", "--mode", "nonoverlapping")
+    assert r.exit_code == 0, r.output
+    assert "step 1/20" not in r.output.split("not compared:")[0]  # the table: finished rows only
+    assert "not compared: alibi vs rope (step 1/20)" in r.output and "compared only with --partial" in r.output
+    shutil.rmtree(run_named(results, "rope-tiny-shakespeare-L32-s0"))
+    r = invoke("report", results, "--compare", "alibi", "rope", "--mode", "nonoverlapping")
+    assert r.exit_code == 2 and "a partial evaluation (step 1/20); compared only with --partial" in r.output
+    assert "re-evaluate" not in r.output
+    stopped_after_one_step(results, "alibi")
+    r = invoke("report", results, "--compare", "alibi", "rope", "--mode", "nonoverlapping", "--partial")
+    assert r.exit_code == 0, r.output
+    table_rows = [line for line in r.output.splitlines() if line.startswith("│ nonoverlapping")]
+    assert len(table_rows) == 4 and all("step 1/20" in line for line in table_rows)  # labelled on the same line
+
+
+@pytest.mark.parametrize("value, shown", [("\n\n", '"\\n\\n"'), ("", '""'), ("a|b", '"a|b"'), ("[x]", '"[x]"'),
+                                          ("tiny-shakespeare", "tiny-shakespeare"), (2, "2"), ([64, 128], "[64, 128]")])
+def test_label_values_are_one_token(value, shown):
+    assert label_value(value) == shown
+
+
+def test_markdown_cells_never_cut_a_row():
+    md = table(["scheme", "x"], [['rope · sep="a|b"', "1\n2"]])
+    assert md.count("\n") == 2 and "\\|" in md and "1\\n2" in md
