@@ -148,6 +148,11 @@ def _columns(d: pd.DataFrame) -> list[tuple[str, str, int]]:
     return list(dict.fromkeys(zip(d["data"].astype(str), d["model"].astype(str), d["L_train"].astype(int))))
 
 
+def key_of(d: pd.DataFrame) -> list[tuple[str, str, int]]:
+    """The (data, model, L_train) column of panels of each row."""
+    return list(zip(d["data"].astype(str), d["model"].astype(str), d["L_train"].astype(int)))
+
+
 def _with_setting_columns(d: pd.DataFrame) -> pd.DataFrame:
     return d.assign(**{c: "" for c in ("data", "model") if c not in d})
 
@@ -229,9 +234,9 @@ def _mark_L(ax, L: int) -> None:
     ax.axvline(L, label=f"L = {L} (training length)", **L_LINE)
 
 
-def _draw(ax, name: str, x, y, band=None) -> None:
+def _draw(ax, name: str, x, y, band=None, label: str | None = None) -> None:
     st = style_for(name)
-    ax.plot(x, y, label=name, color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
+    ax.plot(x, y, label=label or name, color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
             markerfacecolor=st["markerfacecolor"], markeredgecolor=st["color"], markeredgewidth=1.1,
             markersize=MARKERSIZE, linewidth=LINEWIDTH, zorder=2 if st["linestyle"] == SOLID else 1.8)
     if band is not None:
@@ -352,10 +357,10 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
         return None
     d = _with_setting_columns(d)
     cols = _columns(d)
-    longest = {col: int(d[(d["data"] == col[0]) & (d["model"] == col[1]) & (d["L_train"] == col[2])]["L_eval"].max())
-               for col in cols}
-    d = d[[longest[k] == n for k, n in zip(zip(d["data"].astype(str), d["model"].astype(str),
-                                                d["L_train"].astype(int)), d["L_eval"])]]
+    # Each row at its own longest evaluated length: a row not evaluated as long as the others is drawn, not dropped.
+    own = d.assign(col=key_of(d)).groupby(["col", "scheme"])["L_eval"].transform("max")
+    d = d[d["L_eval"] == own]
+    longest = {col: int(d[[k == col for k in key_of(d)]]["L_eval"].max()) for col in cols}
     order = list(dict.fromkeys(df["label"])) if df is not None and "label" in df else []
     names = sorted(dict.fromkeys(d["scheme"]), key=lambda n: order.index(n) if n in order else len(order))
     groups = panels(names)  # in the report's row order, as in the other plots
@@ -372,10 +377,11 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
                 g = c[c["scheme"] == name]
                 if g.empty:
                     continue
+                at = int(g["L_eval"].iloc[0])
                 g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)
                      [["nll", "tokens"]].sum().reset_index())  # token-weighted over seeds
                 _draw(ax, name, ((g["pos_start"] + g["pos_end"]) / 2).to_numpy(float),
-                      (g["nll"] / g["tokens"]).to_numpy(float))
+                      (g["nll"] / g["tokens"]).to_numpy(float), label=name if at == n else f"{name} (at {at})")
             _mark_L(ax, L)
             ax.xaxis.set_major_locator(mt.FixedLocator(list(range(0, n + 1, step))))
             ax.xaxis.set_major_formatter(mt.FuncFormatter(_number))
@@ -391,10 +397,10 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
                 ax.set_ylabel("mean loss (nats/token)")
     _legends(axes)
     setting = " · ".join(_setting(cols) + [f"{split} split"])
-    windows = ", ".join(map(str, sorted(set(longest.values()))))
+    windows = ", ".join(map(str, sorted(set(d["L_eval"].astype(int)))))
     head = f"{title}: loss by position" if title else "Loss by position"
     buckets = sorted({int(x) for x in (d["pos_end"] - d["pos_start"])})
-    fig.suptitle(f"{head}\n{setting}\nnon-overlapping {windows}-token windows (the longest evaluated), loss "
+    fig.suptitle(f"{head}\n{setting}\nnon-overlapping {windows}-token windows (each row at its longest evaluated length), loss "
                  f"averaged over {'/'.join(map(str, buckets))}-token buckets · {_seeds(d, 'scheme', band=False)}"
                  f"{_key(names)}", fontsize=10.5)
     return fig
@@ -402,7 +408,7 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
 
 def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation", df: pd.DataFrame | None = None,
                    title: str = "") -> Path | None:
-    """Mean loss vs position inside the window at the longest evaluated length, one line per table row label
+    """Mean loss vs position inside the window at each row's longest evaluated length, one line per table row label
     (with ``df``, the report's rows: only runs the report kept, labelled as in its tables), token-weighted over
     seeds, L marked; panels as in :func:`plot_lengths`."""
     fig = positions_figure(pos, split, df, title)
@@ -542,8 +548,7 @@ def plot_extension(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
     for row, parent in enumerate(parents):
         tp = t[t["parent"] == parent]
         L = int(tp["L"].iloc[0])
-        base = tp[tp["steps"] == 0]
-        lengths = [int(c) for c in tp.columns if c.isdigit() and (base[c] != "—").any()] or [L]
+        lengths = [int(c) for c in tp.columns if c.isdigit() and (tp[c] != "—").any()] or [L]
         for ax, n in zip(axes[row], (max(lengths), L)):
             for i, method in enumerate(dict.fromkeys(tp["method"])):
                 xs, ys = curve(tp, method, n)

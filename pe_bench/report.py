@@ -268,16 +268,16 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     df["label"] = [lab + (f" · step {a}/{b}" if a != b else "") for lab, a, b in zip(df["label"], df["step"],
                                                                                      df["steps"])]
     # One evaluation scores the same span at every length (a multiple of its longest length); evaluations with
-    # other length sets score other spans: their rows are labelled apart, never averaged with these.
+    # other length sets score other spans: their rows are labelled apart (· scored=N), never averaged with these.
+    # The span evaluated at the most lengths (then the longest span) keeps the configuration's own label.
     span_key = ["config", "split", "mode", "budget", "S", "precision", "step"]
     scored = df[df["tokens_scored"] > 0]
-    spans = scored.groupby(span_key)["tokens_scored"].nunique()
-    several = set(spans[spans > 1].index)
-    if several:
-        apart = [tuple(k) in several and n > 0 for k, n in zip(df[span_key].itertuples(index=False),
-                                                               df["tokens_scored"])]
-        df.loc[apart, "label"] = [f"{lab} · scored={n}" for lab, n in zip(df.loc[apart, "label"],
-                                                                         df.loc[apart, "tokens_scored"])]
+    for key, g in scored.groupby(span_key):
+        if g["tokens_scored"].nunique() > 1:
+            main = max(g.groupby("tokens_scored")["L_eval"].nunique().items(), key=lambda x: (x[1], x[0]))[0]
+            apart = df.index.isin(g.index[g["tokens_scored"] != main])
+            df.loc[apart, "label"] = [f"{lab} · scored={n}" for lab, n in zip(df.loc[apart, "label"],
+                                                                             df.loc[apart, "tokens_scored"])]
     return Collected(df, windows, left)
 
 
@@ -454,7 +454,8 @@ def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[t
         by_group: dict[tuple, list] = {}
         for (name, L, m), (mean, c) in stats_by_cell.items():
             if m == n and not pd.isna(mean):
-                key = (c["group"].iloc[0], L, c["budget"].iloc[0], c["S"].iloc[0], c["precision"].iloc[0])
+                key = (c["group"].iloc[0], L, c["budget"].iloc[0], c["S"].iloc[0], c["precision"].iloc[0],
+                       c["tokens_scored"].iloc[0])  # rows compete only on the same windows
                 by_group.setdefault(key, []).append((mean, name, L, c))
         for members in by_group.values():
             members.sort(key=lambda x: x[0])

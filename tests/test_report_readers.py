@@ -95,14 +95,33 @@ def test_an_eval_csv_edited_against_its_windows_is_refused(results):
 
 
 def test_two_spans_of_one_length_keep_their_own_windows_and_intervals(results):
-    alibi = run_named(results, "alibi")
+    alibi, rope = run_named(results, "alibi"), run_named(results, "rope")
     r = invoke("eval", alibi, "eval.lengths=[32,512,1024]", "eval.variants=false")
     assert r.exit_code == 0, r.output
-    col = collect_all([Run(alibi)])
+    col = collect_all([Run(alibi), Run(rope)])
     t = comparison(col, "nonoverlapping")
-    at_L = [t.loc[i, "32"] for i in t.index if i[0].startswith("alibi · scored=")]
-    assert len(at_L) == 2 and all("[" in c for c in at_L)  # each span its own interval
-    assert len({c.split(" [")[0] for c in at_L}) == 2
+    other = [i for i in t.index if i[0].startswith("alibi · scored=")]
+    assert len(other) == 1 and ("alibi", 32) in t.index  # the evaluation at the most lengths keeps the label
+    at_L = [t.loc[("alibi", 32), "32"], t.loc[other[0], "32"]]
+    assert all("[" in c for c in at_L) and at_L[0] != at_L[1]  # each span its own windows and interval
+    assert t.loc[other[0], "1024"] != "—" and t.loc[("alibi", 32), "1024"] == "—"
+    assert any(("alibi", 32, 32) == m for m in t.attrs["best"]) or any(("rope", 32, 32) == m for m in t.attrs["best"])
+    r = invoke("report", results, "--compare", "alibi", "rope", "--mode", "nonoverlapping")
+    assert r.exit_code == 0, r.output
+    assert "not compared: alibi vs rope (scored=" in r.output and "only alibi was evaluated" in r.output
+
+
+def test_loss_by_position_draws_every_row_at_its_own_longest_length(results):
+    pytest.importorskip("matplotlib")
+    from pe_bench.plots import positions_figure
+    from pe_bench.report import collect_positions
+
+    alibi, rope = run_named(results, "alibi"), run_named(results, "rope")
+    assert invoke("eval", alibi, "eval.lengths=[32,512]", "eval.variants=false").exit_code == 0
+    runs = [Run(alibi), Run(rope)]
+    fig = positions_figure(collect_positions(runs), df=collect_all(runs).df)
+    labels = {t for ax in fig.axes for t in ax.get_legend_handles_labels()[1]}
+    assert {"alibi", "rope (at 256)"} <= labels  # rope was never evaluated at 512: drawn at 256, not dropped
 
 
 def stopped_after_one_step(results, scheme):
@@ -144,3 +163,21 @@ def test_label_values_are_one_token(value, shown):
 def test_markdown_cells_never_cut_a_row():
     md = table(["scheme", "x"], [['rope · sep="a|b"', "1\n2"]])
     assert md.count("\n") == 2 and "\\|" in md and "1\\n2" in md
+
+
+def test_a_single_fine_tune_without_its_parent_row_keeps_both_panels_and_a_legend(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    from pe_bench import plots
+
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig))
+    t = pd.DataFrame([{"parent": "rope-tiny-shakespeare-L32", "method": "rope+yarn×8@256", "L_ft": 256, "steps": 5,
+                       "L": 32, "tokens": 2048, "32": 30.1, "64": 30.5, "128": 31.0, "256": 33.2, "seeds": 1}])
+    assert plots.plot_extension(t, tmp_path / "ft.png") is not None
+    fig = saved[0]
+    assert isinstance(fig, matplotlib.figure.Figure)
+    assert [ax.get_title() for ax in fig.axes] == ["rope-tiny-shakespeare-L32: at 256 tokens",
+                                                   "rope-tiny-shakespeare-L32: at 32 tokens"]
+    assert fig.axes[0].get_legend() is not None
