@@ -50,8 +50,8 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def read_whole_csv(path: Path, checksum: str | None, required: tuple[str, ...]) -> tuple[list[dict[str, str]],
-                                                                                     list[str]]:
+def read_whole_csv(path: Path, checksum: str | None, required: tuple[str, ...],
+                   allow_empty: bool = False) -> tuple[list[dict[str, str]], list[str]]:
     """(rows, columns) of a run's CSV, checked whole: unreadable, binary, header-only, missing a required column, or
     altered (its sha256 differs from ``checksum``, recorded in meta.json) → a RunFileError naming the file."""
     try:
@@ -70,7 +70,7 @@ def read_whole_csv(path: Path, checksum: str | None, required: tuple[str, ...]) 
         raise RunFileError(f"{path} lacks the columns {', '.join(missing)} (not a pe-bench {path.name}, or cut "
                            "short)")
     rows = list(reader)
-    if not rows:
+    if not rows and not allow_empty:
         raise RunFileError(f"{path} has a header and no rows")
     return rows, list(reader.fieldnames or [])
 
@@ -603,20 +603,31 @@ def rich_table(t: pd.DataFrame, title: str) -> Table:
     return table
 
 
-def collect_positions(runs: list[Run]) -> pd.DataFrame:
-    rows = []
+POSITION_NUMERIC = ("L_train", "L_eval", "pos_start", "pos_end", "tokens", "seed")
+POSITION_REQUIRED = ("scheme", "split", "L_train", "L_eval", "pos_start", "pos_end", "loss", "tokens", "seed")
+
+
+def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.DataFrame:
+    """Loss-by-position rows of the runs that have them. A positions.csv that cannot be read whole costs its run's
+    lines in the plot, named in one line appended to ``left``."""
+    frames = []
     for run in runs:
+        if not run.positions_csv.exists():
+            continue
         try:
-            rows += [{"run": run.path.name, **r} for r in read_csv(run.positions_csv)]
-        except (OSError, UnicodeDecodeError, csv.Error):
-            continue  # a damaged positions.csv costs its plot lines, nothing else
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return df
-    for c in ("L_train", "L_eval", "pos_start", "pos_end", "tokens", "seed"):
-        df[c] = pd.to_numeric(df[c])
-    df["loss"] = pd.to_numeric(df["loss"], errors="coerce")
-    return df
+            rows, columns = read_whole_csv(run.positions_csv, None, POSITION_REQUIRED, allow_empty=True)
+            d = pd.DataFrame(rows, columns=columns, dtype=str)
+            if d.isna().any().any():
+                raise RunFileError(f"{run.positions_csv} has a line with the wrong number of fields")
+            for c in POSITION_NUMERIC:
+                d[c] = pd.to_numeric(d[c])
+            d["loss"] = pd.to_numeric(d["loss"].where(~d["loss"].str.lower().isin(NOT_A_NUMBER), "nan"))
+        except (RunFileError, ValueError) as e:
+            text = str(e) if isinstance(e, RunFileError) else f"{run.positions_csv} holds a value that is not a number"
+            (left if left is not None else []).append(f"{text}: its loss-by-position lines are left out")
+            continue
+        frames.append(d.assign(run=run.path.name)[["run", *columns]])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",

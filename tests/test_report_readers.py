@@ -181,3 +181,15 @@ def test_a_single_fine_tune_without_its_parent_row_keeps_both_panels_and_a_legen
     assert [ax.get_title() for ax in fig.axes] == ["rope-tiny-shakespeare-L32: at 256 tokens",
                                                    "rope-tiny-shakespeare-L32: at 32 tokens"]
     assert fig.axes[0].get_legend() is not None
+
+
+def test_a_damaged_positions_file_is_named_and_costs_only_its_plot_lines(results):
+    rope = run_named(results, "rope")
+    text = (rope / "positions.csv").read_text().splitlines()
+    text[3] = text[3].replace(",32,", ",thirty-two,", 1)
+    (rope / "positions.csv").write_text("\n".join(text) + "\n")
+    r = invoke("report", results, "--out", results.parent / "rep")
+    assert r.exit_code == 0, r.output
+    assert "left out of the plots:" in r.output and "positions.csv" in r.output
+    table = pd.read_csv(results.parent / "rep" / "comparison.csv")
+    assert "rope" in set(table["scheme"])  # its tables stand
