@@ -9,6 +9,7 @@ are reduced per batch; a batch holds at most ``MAX_ELEMENTS`` attention weights,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,9 @@ import torch
 from pe_bench.config import Config
 from pe_bench.evaluate import eval_positions, reference_length, run_lengths
 from pe_bench.model import Decoder
-from pe_bench.runs import write_csv
+from pe_bench.runs import ANALYSIS_META, atomic_write_text, write_csv
 
-ATTENTION_COLUMNS = ["scheme", "task", "L_train", "L_eval", "layer", "head", "q_start", "q_end", "queries", "entropy",
+ATTENTION_COLUMNS = ["scheme", "task", "step", "L_train", "L_eval", "layer", "head", "q_start", "q_end", "queries", "entropy",
                      "entropy_norm", "distance", "sink_mass"]
 MAX_ELEMENTS = 2**24  # attention weights (B·H·T·T) per forward: 64 MiB of float32 per layer
 
@@ -86,8 +87,9 @@ def inputs_at(cfg: Config, data, length: int, examples: int) -> torch.Tensor:
 
 @torch.inference_mode()
 def analyze(model: Decoder, cfg: Config, data, device: torch.device, examples: int = 16,
-            buckets: int = 32) -> list[dict]:
-    """Attention statistics of the model at every evaluation length (rows of ATTENTION_COLUMNS)."""
+            buckets: int = 32, step: int | None = None) -> list[dict]:
+    """Attention statistics of the model (its weights from training step ``step``) at every evaluation length (rows
+    of ATTENTION_COLUMNS)."""
     model.eval()
     L = reference_length(cfg)
     args = model.args
@@ -99,7 +101,8 @@ def analyze(model: Decoder, cfg: Config, data, device: torch.device, examples: i
         per = max(1, MAX_ELEMENTS // (args.n_heads * length * length))
         for i in range(0, len(x), per):
             model(x[i : i + per].to(device), positions, probe=stats)
-        rows += stats.rows({"scheme": model.scheme.label(), "task": cfg.task.name, "L_train": L, "L_eval": length})
+        rows += stats.rows({"scheme": model.scheme.label(), "task": cfg.task.name, "step": step, "L_train": L,
+                            "L_eval": length})
     return rows
 
 
@@ -120,10 +123,12 @@ def summary_lines(rows: list[dict], train_len: int) -> list[str]:
     return out
 
 
-def write_analysis(rows: list[dict], out: Path, title: str) -> list[Path]:
-    """attention.csv and (with matplotlib) attention.png under ``out``."""
+def write_analysis(rows: list[dict], out: Path, title: str, made_at: dict | None = None) -> list[Path]:
+    """attention.csv, analysis.json (``made_at``: the step of the weights, of how many, the run's status) and (with
+    matplotlib) attention.png under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "attention.csv", rows, ATTENTION_COLUMNS)
+    atomic_write_text(out / ANALYSIS_META, json.dumps(made_at or {}, indent=1, sort_keys=True) + "\n")
     written = [out / "attention.csv"]
     try:
         fig = attention_figure(rows, title)

@@ -79,6 +79,8 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                 return run
             check_numerics(run, device)
             run.create(cfg)
+            for stale in run.retire_analyses():  # made from a checkpoint this training moves past
+                say(f"{stale.name}: an analysis of an earlier checkpoint, renamed (run `pe-bench analyze` again)")
             t0 = time.perf_counter()
             run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
                             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,

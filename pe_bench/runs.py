@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 CHECKPOINT = "checkpoint.pt"
 LOCK = ".lock"
+ANALYSIS_META = "analysis.json"  # the step an analysis was made at
 BOOKKEEPING = ("log_interval", "val_interval", "val_batches", "ckpt_interval", "threads")
 
 
@@ -294,6 +296,24 @@ class Run:
         for p in stale:
             p.unlink(missing_ok=True)
         return stale
+
+    def retire_analyses(self) -> list[Path]:
+        """Analyses (``pe-bench analyze``: analysis*/ with attention.csv) made from an earlier checkpoint, renamed
+        ``<dir>.stale-step<N>`` before training moves the run on: the default place never holds statistics of
+        weights the run no longer has. Returns the new paths."""
+        moved = []
+        for d in sorted(p for p in self.path.glob("analysis*") if p.is_dir() and ".stale-" not in p.name):
+            if not (d / "attention.csv").exists():
+                continue
+            try:
+                step = json.loads((d / ANALYSIS_META).read_text(encoding="utf-8"))["step"]
+            except (OSError, ValueError, KeyError, TypeError):
+                step = "unknown"  # made before analyses recorded their step: still from an earlier checkpoint
+            target = d.with_name(f"{d.name}.stale-step{step}")
+            shutil.rmtree(target, ignore_errors=True)
+            d.rename(target)
+            moved.append(target)
+        return moved
 
     def update_meta(self, **fields: Any) -> dict[str, Any]:
         meta = self.meta()

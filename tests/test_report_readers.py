@@ -193,3 +193,22 @@ def test_a_damaged_positions_file_is_named_and_costs_only_its_plot_lines(results
     assert "left out of the plots:" in r.output and "positions.csv" in r.output
     table = pd.read_csv(results.parent / "rep" / "comparison.csv")
     assert "rope" in set(table["scheme"])  # its tables stand
+
+
+def test_an_analysis_records_its_step_and_is_retired_when_training_moves_on(tmp_path):
+    results = tmp_path / "results"
+    request_stop()  # stopped after its first step, with a checkpoint
+    try:
+        r = invoke("train", *SMALL, f"results_dir={results}", "scheme=alibi", "eval.variants=false", "--no-progress")
+    finally:
+        clear_stop()
+    assert r.exit_code == 3, r.output
+    run = run_named(results, "alibi")
+    r = invoke("analyze", run, "--examples", "2", "--buckets", "4")
+    assert r.exit_code == 0, r.output
+    assert json.loads((run / "analysis" / "analysis.json").read_text())["step"] == 1
+    assert set(pd.read_csv(run / "analysis" / "attention.csv")["step"]) == {1}
+    train(results, "scheme=alibi", "eval.variants=false")  # resumed to the end
+    assert not (run / "analysis").exists() and (run / "analysis.stale-step1" / "attention.csv").exists()
+    r = invoke("analyze", run, "--examples", "2", "--buckets", "4")
+    assert r.exit_code == 0 and json.loads((run / "analysis" / "analysis.json").read_text())["step"] == 20
