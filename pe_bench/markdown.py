@@ -24,9 +24,12 @@ def label_value(v: Any) -> str:
 
 
 def cell(v: Any) -> str:
-    """A markdown table cell: pipes escaped, line breaks written as \\n (a cell is one line)."""
-    return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n") \
-        if isinstance(v, str) and any(ch in v for ch in "|\r\n") else str(v)
+    """A markdown table cell that renders as the text it holds: backslashes and pipes escaped, line breaks written
+    as \\n (a cell is one line)."""
+    text = str(v)
+    if not any(ch in text for ch in "\\|\r\n"):
+        return text
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")
 
 
 def table(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:

@@ -212,3 +212,22 @@ def test_an_analysis_records_its_step_and_is_retired_when_training_moves_on(tmp_
     assert not (run / "analysis").exists() and (run / "analysis.stale-step1" / "attention.csv").exists()
     r = invoke("analyze", run, "--examples", "2", "--buckets", "4")
     assert r.exit_code == 0 and json.loads((run / "analysis" / "analysis.json").read_text())["step"] == 20
+
+
+def test_a_string_setting_in_a_label_is_one_quoted_line_in_markdown_and_csv(tmp_path):
+    results = tmp_path / "results"
+    fast = ["scheme=nope", "eval.variants=false", "eval.modes=[nonoverlapping]"]
+    for sep in ("data.doc_separator=XYZ", "data.doc_separator='a|b'"):
+        train(results, *fast, sep)
+    train(results, *fast)  # the default separator: two newlines
+    r = invoke("report", results, "--out", tmp_path / "rep", "--no-plots")
+    assert r.exit_code == 0, r.output
+    labels = list(pd.read_csv(tmp_path / "rep" / "comparison.csv")["scheme"])
+    assert sorted(labels) == sorted(['nope · data.doc_separator="\\n\\n"', 'nope · data.doc_separator="a|b"',
+                                     "nope · data.doc_separator=XYZ"])
+    md = (tmp_path / "rep" / "comparison.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| nope")]
+    assert len(rows) == 3 and all(line.count(" | ") == 8 for line in rows)  # no cell cut in two
+    assert '| nope · data.doc_separator="a\\|b" |' in md and '| nope · data.doc_separator="\\\\n\\\\n" |' in md
+    fingerprints = {json.loads((p / "meta.json").read_text())["data_fingerprint"] for p in (results / "runs").iterdir()}
+    assert len(fingerprints) == 3  # the separator is in the data, not only in the name
