@@ -12,7 +12,7 @@ import torch
 
 from pe_bench.config import Config
 from pe_bench.device import bf16_autocast, use_bf16
-from pe_bench.distributed import StopRequested, stop_requested
+from pe_bench.distributed import check_stop
 from pe_bench.evaluate import eval_positions, reference_length, run_lengths
 from pe_bench.model import Decoder
 from pe_bench.progress import say
@@ -41,8 +41,7 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
     rows = []
     model.eval()
     for length in run_lengths(cfg):
-        if stop_requested():
-            raise StopRequested(f"stopped before evaluating at length {length}")
+        check_stop(f"before evaluating at length {length}")
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
         out = []
         for depth in task.eval_depths():
@@ -85,6 +84,7 @@ def _score(model: Decoder, batch, positions: torch.Tensor | None, device: torch.
     solved = correct = scored = 0
     finite = True
     for i in range(0, len(batch.x), per):
+        check_stop(f"while evaluating at length {n}")  # a signal: stop within a batch, not after the length
         x, y, mask = (t[i : i + per].to(device) for t in (batch.x, batch.y, batch.mask))
         with bf16_autocast(device, bf16):
             logits = model(x, positions)

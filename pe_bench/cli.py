@@ -8,11 +8,18 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
+
+try:  # recent typer carries its own copy of click, whose exceptions its commands raise
+    from typer._click import exceptions as click_errors
+except ImportError:  # older typer runs on click itself
+    from click import exceptions as click_errors
 
 # Only light modules at import time: help, `schemes`, `--version`, `--cfg` and configuration errors answer without
 # importing torch (scripts/bench_cli_startup.py measures it). Commands import what they need.
@@ -48,7 +55,32 @@ def presets_help() -> str:
             "eval.lengths=[64,1024]; `--cfg` prints the result.")
 
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+class OneLineErrors(TyperGroup):
+    """Click's usage errors (an unknown option or command, a bad option value, a missing argument) as one
+    ``error: ...`` line and exit 2, like every other bad input; ``pe-bench`` alone still shows the help."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)  # typer.Exit(n) comes back as n
+        except click_errors.NoArgsIsHelpError as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click_errors.UsageError as e:
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            error(" ".join(e.format_message().split()) + hint)
+            sys.exit(2)
+        except click_errors.ClickException as e:
+            error(" ".join(e.format_message().split()))
+            sys.exit(e.exit_code)
+        except click_errors.Abort:
+            warn("aborted")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.",
                   epilog=presets_help())
 
@@ -183,8 +215,8 @@ def finetune(run_dir: Path = typer.Argument(..., help="The parent: a finished ru
     train.seq_len=512 train.steps=200 scheme.scaling.type=yarn scheme.scaling.factor=8`, or with PoSE at the
     parent's L: `train.seq_len=64 train.batch_size=32 train.pose_target=512`. The recipe is train=finetune (4 × 512
     tokens per step, 100 steps, lr 5e-4) unless overridden; the new run lies beside its parent, named after it, and is
-    evaluated at the ratios × its parent's L and × its own (`pe-bench train finetune.from_run=RUN_DIR ...` is the
-    same)."""
+    evaluated at its parent's eval lengths and its own L unless eval.* says otherwise (`pe-bench train
+    finetune.from_run=RUN_DIR ...` is the same)."""
     from pe_bench.launchers import hydra_quoted
 
     _train([f"finetune.from_run={hydra_quoted(str(run_dir))}", *(overrides or [])], progress, cfg_only)
@@ -192,6 +224,11 @@ def finetune(run_dir: Path = typer.Argument(..., help="The parent: a finished ru
 
 def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
     cfg = compose(overrides, scheme=False)  # configuration errors first, before torch is imported
+    if cfg.finetune.from_run:
+        from pe_bench.finetune import warmup_warning
+
+        if line := warmup_warning(cfg):
+            warn(line)
     if cfg_only:
         _print_cfg(cfg)
         return
@@ -212,9 +249,11 @@ def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
 def _trained_run(run_dir: Path, overrides: list[str] | None):
     """(run, the config it was trained with, that config with eval.* and eval-time scheme overrides) of a trained
     run directory; anything else is one ConfigError line."""
-    from pe_bench.runs import Run
+    from pe_bench.runs import Run, RunBusy
 
     run = Run(run_dir)
+    if run.config.exists() and not run.checkpoint.exists() and run.is_locked():  # training, before its first one
+        raise RunBusy(f"{run_dir} is being trained by another process and has no checkpoint yet")
     if not run.config.exists() or not run.checkpoint.exists():
         raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
                           "train one with `pe-bench train`")
@@ -231,6 +270,7 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                       "scheme.scaling.type=yarn scheme.scaling.factor=8"),
              partial: bool = typer.Option(False, "--partial", help="Evaluate an unfinished run's last checkpoint; "
                                           "every row records the step its weights come from."),
+             progress: bool = typer.Option(True, help="Show the progress bars (off: plain log lines)."),
              cfg_only: bool = typer.Option(False, "--cfg", help="Print the config the evaluation would use (the "
                                            "run's, with these overrides) and exit.")) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
@@ -257,7 +297,7 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                               "with its `pe-bench train` command, or pass --partial to evaluate the checkpoint as "
                               "it is (each row records its step)")
         check_same_run(run, saved)
-        evaluate_run(run, cfg, trained=saved)
+        evaluate_run(run, cfg, trained=saved, progress=progress)
     _print_run_table(run.path, cfg.eval.split, saved.task.name)
     say(f"updated {run.eval_csv if saved.task.name == 'lm' else run.accuracy_csv}")
 
@@ -293,11 +333,13 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     data = load_data(cfg)
     spec = scheme_spec(cfg.scheme)
     model, step = load_trained(run, cfg, device, spec, data, saved)
-    rows = attention_stats(model, cfg, data, device, examples, buckets)
+    rows = attention_stats(model, cfg, data, device, examples, buckets, step)
     label = build_scheme(cfg, spec).label()
     suffix = "" if label == saved.scheme["name"] else "-" + "".join(c if c.isalnum() else "_" for c in label)
+    made_at = {"step": step, "steps": saved.train.steps, "run_status": run.meta().get("status")}
     written = write_analysis(rows, out or run.path / f"analysis{suffix}",
-                             default_title(cfg, label, max(run_lengths(cfg))))
+                             default_title(cfg, label, max(run_lengths(cfg))) + (
+                                 f" (step {step}/{saved.train.steps})" if step != saved.train.steps else ""), made_at)
     for line in summary_lines(rows, reference_length(cfg)):
         say(line)
     for p in written:
@@ -474,7 +516,9 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     for line in col.left_out if col is not None else []:
         warn(f"left out of the report: {line}")
     if col is not None and not col.df.empty:
-        pos = collect_positions(runs)
+        pos = collect_positions(runs, unplotted := [])
+        for line in unplotted:
+            warn(f"left out of the plots: {line}")
         split = points[0].cfg.eval.split
         _print_tables(col, split)
         _write_report(col, pos, out, title, split, MODES, plots=True)
@@ -544,9 +588,11 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
         runs = [r for r in runs if r not in task_runs]
         if not runs:
             return
-    col, pos = collect_all(runs), collect_positions(runs)
+    col, pos = collect_all(runs), collect_positions(runs, unplotted := [])
     for line in col.left_out:
         warn(f"left out: {line}")
+    for line in unplotted:
+        warn(f"left out of the plots: {line}")
     df = col.df
     if df.empty:
         raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "

@@ -435,12 +435,12 @@ def _check_relations(cfg: Config) -> None:
         raise ConfigError("finetune.* is set but there is no parent run: fine-tune with "
                           "`pe-bench finetune RUN_DIR ...` (or finetune.from_run=RUN_DIR)")
     if cfg.task.name != "lm":
-        from pe_bench.tasks import min_length
+        from pe_bench.tasks import check_lengths
 
-        shortest = min_length(cfg.task)
-        if t.seq_len < shortest:
-            raise ConfigError(f"train.seq_len={t.seq_len} is too short for task={cfg.task.name}: one example needs "
-                              f"at least {shortest} tokens; raise train.seq_len")
+        if cfg.eval.split != EvalConfig().split:
+            raise ConfigError(f"eval.split={cfg.eval.split} is not read by task={cfg.task.name}: a task is evaluated "
+                              "on its held-out examples, which belong to no data split; remove eval.split")
+        check_lengths(cfg.task, t.seq_len, run_lengths(cfg))
     if m.d_model % m.n_heads:
         raise ConfigError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
     if int(m.mlp_ratio * m.d_model) < 1:
@@ -518,6 +518,28 @@ def _data_fix(d: DataConfig, key: str) -> str:
 
 def _preset_source(name: str) -> str:
     return str(OmegaConf.load(config_dir() / "data" / f"{name}.yaml").get("source", "embedded"))
+
+
+def eval_lengths(ecfg: EvalConfig, train_len: int) -> list[int]:
+    """eval.lengths, or eval.ratios × ``train_len``, sorted and distinct."""
+    if ecfg.lengths:
+        return sorted({int(x) for x in ecfg.lengths})
+    return sorted({round(r * train_len) for r in ecfg.ratios})
+
+
+def reference_length(cfg: Config) -> int:
+    """The L of a run's rows (column L_train, ratios, the sliding stride's default): its training length, or for a
+    fine-tune its first ancestor's, so that a fine-tuned run's rows line up with its parent's."""
+    return cfg.finetune.original_seq_len or cfg.train.seq_len
+
+
+def run_lengths(cfg: Config) -> list[int]:
+    """A run's eval lengths: eval.lengths, or eval.ratios × L — for a fine-tune × the original L and × its own (a
+    fine-tune's default eval.lengths are its parent's lengths and its own L: pe_bench.finetune)."""
+    lengths = set(eval_lengths(cfg.eval, reference_length(cfg)))
+    if cfg.finetune.original_seq_len:
+        lengths |= set(eval_lengths(cfg.eval, cfg.train.seq_len))
+    return sorted(lengths)
 
 
 def model_shape(cfg: Config) -> schemes.ModelShape:

@@ -75,8 +75,9 @@ def shutdown(world: World) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Stop requests: a signal (SIGTERM from `kill` or Slurm at the time limit, SIGUSR1/2 sent ahead of it) sets a flag;
-# the trainer checks it between optimizer steps, saves a checkpoint and raises StopRequested. The same command (or
-# the requeued Slurm job) resumes from there.
+# the trainer checks it between optimizer steps, saves a checkpoint and raises StopRequested; evaluation checks it
+# between batches of windows (check_stop) and drops the unfinished evaluation. The same command (or the requeued Slurm
+# job) resumes from there.
 # ---------------------------------------------------------------------------------------------------------------
 class StopRequested(Exception):
     """Training stopped at a step boundary on request; the checkpoint holds every completed step."""
@@ -91,6 +92,12 @@ def request_stop(signum: int | None = None, frame: object = None) -> None:
 
 def stop_requested() -> bool:
     return _stop.is_set()
+
+
+def check_stop(where: str) -> None:
+    """Raise StopRequested ("stopped <where>") if a stop was requested; evaluation calls it between batches."""
+    if _stop.is_set():
+        raise StopRequested(f"stopped {where}")
 
 
 def clear_stop() -> None:

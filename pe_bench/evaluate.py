@@ -23,10 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pe_bench.config import Config, EvalConfig
+from pe_bench.config import Config, eval_lengths, reference_length, run_lengths  # noqa: F401 - re-exported
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
-from pe_bench.distributed import StopRequested, stop_requested
+from pe_bench.distributed import check_stop
 from pe_bench.model import Decoder, random_positions
 from pe_bench.progress import EvalProgress, use_bar
 from pe_bench.schemes import LengthNotSupported
@@ -68,26 +68,6 @@ class Score:
         return self.nll / math.log(2) / self.bytes
 
 
-def eval_lengths(ecfg: EvalConfig, train_len: int) -> list[int]:
-    if ecfg.lengths:
-        return sorted({int(x) for x in ecfg.lengths})
-    return sorted({round(r * train_len) for r in ecfg.ratios})
-
-
-def reference_length(cfg: Config) -> int:
-    """The L of a run's rows (column L_train, ratios, the sliding stride's default): its training length, or for a
-    fine-tune its first ancestor's, so that a fine-tuned run's rows line up with its parent's."""
-    return cfg.finetune.original_seq_len or cfg.train.seq_len
-
-
-def run_lengths(cfg: Config) -> list[int]:
-    """A run's eval lengths: eval.lengths, or eval.ratios × L — for a fine-tune × the original L and × its own."""
-    lengths = set(eval_lengths(cfg.eval, reference_length(cfg)))
-    if cfg.finetune.original_seq_len:
-        lengths |= set(eval_lengths(cfg.eval, cfg.train.seq_len))
-    return sorted(lengths)
-
-
 def scored_span(n_tokens: int, budget: int, longest: int) -> int:
     """Targets scored: the largest multiple of the longest length within budget and the split (≥ MIN_WINDOWS)."""
     available = n_tokens - 1
@@ -118,6 +98,7 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
     tb = torch.as_tensor(token_bytes, device=device)
     ctx = bf16_autocast(device, bf16)
     for i in range(0, len(ends), per_batch):
+        check_stop(f"while evaluating at length {length}")  # a signal: stop within a batch, not after the length
         chunk = ends[i : i + per_batch]
         block = torch.from_numpy(np.stack([np.asarray(tokens[e - length : e + 1], dtype=np.int64) for e, _ in chunk]))
         block = block.to(device)
@@ -192,8 +173,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         return s
 
     for length in lengths:
-        if stop_requested():  # a signal (e.g. Slurm's, before the time limit): the rerun evaluates again
-            raise StopRequested(f"stopped before evaluating at length {length}")
+        check_stop(f"before evaluating at length {length}")  # a signal (e.g. Slurm's): the rerun evaluates again
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
         strides = {"nonoverlapping": length, "sliding": min(stride, length)}
         try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from omegaconf import OmegaConf
 
 from pe_bench.config import (Config, ConfigError, apply_overrides, check_override_words, fixed_option_changes,
-                             validate)
+                             run_lengths, validate)
 from pe_bench.runs import Run, RunFileError, digest, identity
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def parent_run(path: str | Path) -> tuple[Run, Config]:
 
 def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """The config of a fine-tune of the run at ``path``: the parent's config, ``train=finetune`` (unless the
-    overrides name a train preset), no eval-time variants (unless given), then ``overrides``."""
+    overrides name a train preset), no eval-time variants (unless given), then ``overrides``. Unless they set
+    eval.lengths, eval.ratios or an eval preset, eval.lengths are the parent's eval lengths and the fine-tune's L."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parent, pcfg = parent_run(path)
@@ -83,6 +84,12 @@ def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = 
     if not any(k == "scheme.eval_variants" for k in keys):
         raw.scheme.eval_variants = []  # the parent's eval-time variants would undo the fine-tune's own options
     raw.results_dir = str(parent.path.parent.parent)  # beside the parent (results_dir=... moves it)
+    # the parent is filled in before the overrides are checked: finetune.new_positions needs a parent
+    raw.finetune.from_run = str(parent.path)
+    raw.finetune.parent = parent.path.name
+    raw.finetune.parent_config = digest(identity(pcfg, seed=False))
+    raw.finetune.original_seq_len = pcfg.finetune.original_seq_len or pcfg.train.seq_len
+    raw.finetune.data_offset = pcfg.finetune.data_offset + pcfg.train.steps
     base = validate(raw)
     preset = [] if "train" in keys else [f"train={PRESET}"]
     cfg = apply_overrides(base, preset + words, allowed=CHANGEABLE)
@@ -91,13 +98,20 @@ def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = 
         raise ConfigError(f"train.seq_len={cfg.train.seq_len} is shorter than the parent's L={pcfg.train.seq_len}: a "
                           f"fine-tune extends the context; give train.seq_len >= {pcfg.train.seq_len} (or "
                           f"train.pose_target for PoSE at the parent's L)")
-    raw = OmegaConf.structured(cfg)
-    raw.finetune.from_run = str(parent.path)
-    raw.finetune.parent = parent.path.name
-    raw.finetune.parent_config = digest(identity(pcfg, seed=False))
-    raw.finetune.original_seq_len = pcfg.finetune.original_seq_len or pcfg.train.seq_len
-    raw.finetune.data_offset = pcfg.finetune.data_offset + pcfg.train.steps
-    return validate(raw)
+    if not {"eval", "eval.lengths", "eval.ratios"} & set(keys):  # by default: the parent's lengths and its own L
+        raw = OmegaConf.structured(cfg)
+        raw.eval.lengths = sorted(set(run_lengths(pcfg)) | {cfg.train.seq_len})
+        cfg = validate(raw)
+    return cfg
+
+
+def warmup_warning(cfg: Config) -> str | None:
+    """A line when a fine-tune's warmup is longer than its budget (its learning rate never reaches train.lr)."""
+    t = cfg.train
+    if not cfg.finetune.from_run or t.warmup_steps <= t.steps:
+        return None
+    return (f"warning: train.warmup_steps={t.warmup_steps} exceeds the fine-tune's train.steps={t.steps}: its learning "
+            f"rate never reaches train.lr={t.lr:g}; lower train.warmup_steps or raise train.steps")
 
 
 def _check_scheme_options(parent: Config, cfg: Config) -> None:

@@ -61,6 +61,7 @@ class Task:
     ``example``."""
 
     name: ClassVar[str] = ""
+    length_step: ClassVar[int] = 1  # tokens one more unit of size adds (a pair, a character, a digit per number)
     min_size: int = 1  # the smallest example size (assoc_recall: one pair per query)
 
     def __init__(self, cfg: TaskConfig) -> None:
@@ -90,6 +91,13 @@ class Task:
         while self.max_size(n) < self.min_size:
             n += 1
         return n
+
+    def filled_length(self, n: int) -> int:
+        """The input length the examples at length n really fill (the rest is padding)."""
+        m = n
+        while m > 1 and self.max_size(m - 1) == self.max_size(n):
+            m -= 1
+        return m
 
     def draw(self, rng: np.random.Generator, size: int, depth: float, heldout: bool) -> tuple[list[int], list[bool]]:
         """One example from the held-out half (bucket 0) or the training half (the other buckets)."""
@@ -189,6 +197,7 @@ class Passkey(Task):
 
 class AssocRecall(Task):
     name = "assoc_recall"
+    length_step = 2
 
     def __init__(self, cfg: TaskConfig) -> None:
         super().__init__(cfg)
@@ -227,6 +236,7 @@ class AssocRecall(Task):
 
 class Copy(Task):
     name = "copy"
+    length_step = 2
 
     @property
     def vocab_size(self) -> int:
@@ -255,6 +265,7 @@ class Reverse(Copy):
 
 class Addition(Task):
     name = "addition"
+    length_step = 3
 
     @property
     def vocab_size(self) -> int:
@@ -298,12 +309,62 @@ def load_task_data(cfg) -> TaskData:  # cfg: pe_bench.config.Config
             raise ConfigError("task.filler=text reads the corpus as bytes: use data.tokenizer=byte")
         filler, fingerprint = corpus.splits, corpus.fingerprint
     task = build_task(cfg.task, filler)
+    if filler is not None:
+        _check_filler(task, cfg, filler)
     return TaskData(task, task.vocab_size, fingerprint)
+
+
+def _check_filler(task: Task, cfg, splits: dict[str, np.ndarray]) -> None:
+    """Passkey's text filler: each split must hold more tokens than the longest filler drawn from it (a DataError
+    before anything is created, never a row of the evaluation)."""
+    from pe_bench.config import run_lengths
+    from pe_bench.data import DataError
+
+    for split, n, key in (("train", cfg.train.seq_len, "train.seq_len"),
+                          ("validation", max(run_lengths(cfg)), "eval.lengths")):
+        need = task.max_size(n) + 1
+        if len(splits[split]) < need:
+            raise DataError(f"task.filler=text: the {split} split of data={cfg.data.name} holds {len(splits[split])} "
+                            f"tokens, fewer than the {need} that passkey's filler at length {n} needs; use a longer "
+                            f"corpus (data=...) or a shorter {key}")
+
+
+def _without_text(cfg: TaskConfig) -> Task:
+    """The task for checks that need no corpus (passkey's text filler stands in as a one-token split)."""
+    return build_task(cfg, {"train": np.zeros(1), "validation": np.zeros(1)})
 
 
 def min_length(cfg: TaskConfig) -> int:
     """The shortest input one example of the task fits in (its smallest size)."""
-    return build_task(cfg, {"train": np.zeros(1), "validation": np.zeros(1)}).min_length()
+    return _without_text(cfg).min_length()
+
+
+def check_lengths(cfg: TaskConfig, train_len: int, lengths: list[int]) -> None:
+    """One ConfigError line for lengths the task cannot run as asked: an L or eval length too short for one example,
+    more key-value pairs than task.n_keys, two eval lengths that give the same examples."""
+    task = _without_text(cfg)
+    shortest = task.min_length()
+    if train_len < shortest:
+        raise ConfigError(f"train.seq_len={train_len} is too short for task={cfg.name}: one example needs at least "
+                          f"{shortest} tokens; raise train.seq_len")
+    short = [n for n in lengths if n < shortest]
+    if short:
+        raise ConfigError(f"eval length {short[0]} is too short for task={cfg.name}: one example needs at least "
+                          f"{shortest} tokens; drop it from eval.lengths (or raise eval.ratios)")
+    longest = max([train_len, *lengths])
+    if cfg.name == "assoc_recall" and task.max_size(longest) > cfg.n_keys:
+        pairs = task.max_size(longest)
+        raise ConfigError(f"task.n_keys={cfg.n_keys} is too few for task=assoc_recall at length {longest}: its "
+                          f"examples hold {pairs} key-value pairs with distinct keys; raise task.n_keys to at least "
+                          f"{pairs}, or use shorter lengths")
+    seen: dict[int, int] = {}
+    for n in sorted(lengths):
+        size = task.max_size(n)
+        if size in seen:
+            raise ConfigError(f"eval lengths {seen[size]} and {n} give task={cfg.name} the same examples (inputs of "
+                              f"{task.filled_length(n)} tokens): its examples grow in steps of {task.length_step} "
+                              f"tokens; use eval lengths at least {task.length_step} apart")
+        seen[size] = n
 
 
 def build_task(cfg: TaskConfig, filler_text: dict[str, np.ndarray] | None = None) -> Task:

@@ -169,3 +169,90 @@ def test_run_names_ignore_bookkeeping_but_not_the_recipe():
     assert run_name(compose(["scheme=rope", "train.ckpt_interval=7", "eval.lengths=[64]", "results_dir=x"])) == base
     assert run_name(compose(["scheme=rope", "train.lr=1e-3"])) != base
     assert run_name(compose(["scheme=rope", "scheme.base=500000"])) != base
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """One finished tiny run (L = 32), trained once for the tests below that only evaluate it."""
+    results = tmp_path_factory.mktemp("trained")
+    r = invoke("train", "scheme=alibi", "train=smoke", "train.steps=3", "model.n_layers=2", "model.d_model=32",
+               "model.n_heads=2", "train.threads=1", "eval.lengths=[32]", "eval.modes=[nonoverlapping]",
+               "eval.variants=false", f"results_dir={results}", "--no-progress")
+    assert r.exit_code == 0, r.output
+    return only_run(results)
+
+
+def test_eval_takes_progress_like_train(trained_run):
+    r = invoke("eval", str(trained_run), "eval.lengths=[64]", "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "64" in set(pd.read_csv(trained_run / "eval.csv", dtype=str)["L_eval"])
+
+
+@pytest.mark.parametrize("args, says", [
+    (["eval", "RUN", "--bogus"], "No such option: --bogus"),
+    (["analyze", "RUN", "--examples", "0"], "Invalid value for '--examples'"),
+    (["report", "--compare", "rope"], "'--compare' requires 2 arguments"),
+    (["train", "--nope"], "No such option: --nope"),
+    (["eval"], "Missing argument 'run_dir'"),
+    (["nosuchcommand"], "No such command 'nosuchcommand'"),
+])
+def test_option_errors_are_one_error_line_and_exit_2(args, says):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: ") and says in r.output, r.output
+    assert r.output.strip().count("\n") == 0, r.output
+
+
+def test_help_still_shows_help():
+    r = invoke()  # no arguments: the help, as before
+    assert "Usage" in r.output and "Commands" in r.output and not r.output.startswith("error:"), r.output
+    r = invoke("eval", "--help")
+    assert r.exit_code == 0 and "--partial" in r.output and "--no-progress" in r.output
+
+
+def test_eval_of_a_run_training_without_a_checkpoint_yet_is_busy(smoke_args, tmp_path):
+    """Exit 4 (busy), as for a run training with a checkpoint, not 'not a trained run directory'."""
+    from pe_bench.config import compose
+    from pe_bench.runs import Run
+
+    cfg = compose(["scheme=alibi", *smoke_args], scheme=False)
+    run = Run.for_config(cfg)
+    run.create(cfg)
+    run.update_meta(status="running")
+    with run.lock():  # the training process holds it
+        r = runner.invoke(app, ["eval", str(run.path), "--partial"])
+    assert r.exit_code == 4, r.output
+    assert "being trained by another process and has no checkpoint yet" in r.output, r.output
+    assert r.output.strip().count("\n") == 0
+
+
+def test_sigterm_stops_an_evaluation_within_its_length(trained_run, tmp_path):
+    """A signal during the last length's pass stops it at the next batch of windows (exit 3, nothing written), not
+    after the whole length. Waits on the first pass's line, then signals; the timeouts are only a safety net."""
+    import signal
+    import threading
+
+    before = (trained_run / "eval.csv").read_bytes()
+    # L = 256: nonoverlapping (quick, one line), then sliding with stride 1: a window per token of the split
+    cmd = [sys.executable, "-m", "pe_bench", "eval", str(trained_run), "eval.lengths=[256]", "eval.stride=1",
+           "eval.modes=[nonoverlapping,sliding]", "eval.sliding_max_tokens=1000000", "eval.variants=false"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    watchdog = threading.Timer(300, p.kill)
+    watchdog.start()
+    try:
+        lines = []
+        for line in p.stdout:
+            lines.append(line)
+            if "L=256 nonoverlapping: ppl" in line:
+                p.send_signal(signal.SIGTERM)
+                break
+        rc = p.wait(timeout=120)
+        lines += p.stdout.readlines()
+    finally:
+        watchdog.cancel()
+        if p.poll() is None:
+            p.kill()
+    out = "".join(lines)
+    assert rc == 3, out
+    assert "L=256 sliding: ppl" not in out and "stopped" in out, out
+    assert (trained_run / "eval.csv").read_bytes() == before

@@ -75,8 +75,8 @@ def test_the_fine_tune_trains_evaluates_and_records_its_parent(parents):
     assert meta["status"] == "done"
     assert meta["parent"] == {"run": parent.path.name, "path": str(parent.path), "steps_before": 3}
     rows = read_csv(run.eval_csv)
-    # lengths relative to the original L (32 → eval.lengths=[32] here) and to the fine-tune's own
-    assert {r["L_eval"] for r in rows} == {"32"} and {r["L_train"] for r in rows} == {"32"}
+    # the parent's lengths (eval.lengths=[32] here) and the fine-tune's own L, rows relative to the original L
+    assert {r["L_eval"] for r in rows} == {"32", "64"} and {r["L_train"] for r in rows} == {"32"}
     assert {r["scheme"] for r in rows} == {"rope+yarn×8"}  # no eval-time variants of the parent's
 
 
@@ -246,3 +246,57 @@ def test_the_extension_sweep_reports_methods_by_budget(tmp_path):
     # run again: everything is finished, nothing is trained or evaluated twice
     again = runner.invoke(app, ["sweep", *ext, "--no-progress"])
     assert again.exit_code == 0 and "0 trained" in again.output, again.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The README's commands, the default evaluation of a fine-tune, a warmup longer than its budget
+# ---------------------------------------------------------------------------------------------------------------
+def finished_looking(root: Path, *overrides: str) -> Run:
+    """A parent directory as a fine-tune's composition sees a finished run (config, status done, checkpoint and
+    eval.csv present), without training it: for tests that only compose."""
+    cfg = compose([*overrides, f"results_dir={root}"], scheme=False)
+    run = Run.for_config(cfg)
+    run.create(cfg)
+    run.update_meta(status="done")
+    run.eval_csv.write_text("")
+    run.checkpoint.write_bytes(b"")
+    return run
+
+
+@pytest.fixture(scope="module")
+def learned_parent(tmp_path_factory) -> Run:
+    """One finished tiny run of the learned table (L = 32), for the growth policies."""
+    cfg = compose(["scheme=learned", *TINY, f"results_dir={tmp_path_factory.mktemp('learned')}"])
+    return run_one(cfg, progress=False)
+
+
+def test_the_readmes_interpolating_finetune_runs(learned_parent):
+    """`pe-bench finetune RUN finetune.new_positions=interpolate train.seq_len=…` (README) trains and records it."""
+    r = runner.invoke(app, ["finetune", str(learned_parent.path), "finetune.new_positions=interpolate",
+                            "train.seq_len=64", "train.steps=1", "train.batch_size=2", "train.warmup_steps=0",
+                            "--no-progress"])
+    assert r.exit_code == 0, r.output
+    child = Run(next(p for p in learned_parent.path.parent.iterdir() if "-ft1-L64-" in p.name))
+    assert child.is_done() and child.load_config().finetune.new_positions == "interpolate"
+    assert child.load_config().finetune.parent == learned_parent.path.name
+
+
+def test_a_finetune_is_evaluated_at_its_parents_lengths_and_its_own(tmp_path):
+    """By default: the parent's eval lengths plus the fine-tune's own L (not the ratios × its own L: 4096 here)."""
+    from pe_bench.evaluate import run_lengths
+
+    parent = finished_looking(tmp_path, "scheme=rope", "train=smoke")  # L = 32, eval=smoke: 32 … 256
+    child = compose_finetune(parent.path)  # train=finetune: L' = 512
+    assert run_lengths(child) == [32, 64, 128, 256, 512]
+    assert run_lengths(compose_finetune(parent.path, ["eval.lengths=[32,1024]"])) == [32, 1024]  # as given
+    # ratios given: × the original L and × the fine-tune's own, as the extension sweep's eval=extension asks
+    assert run_lengths(compose_finetune(parent.path, ["eval.ratios=[1,2]"])) == [32, 64, 512, 1024]
+
+
+def test_a_warmup_longer_than_the_finetune_is_warned_about(tmp_path):
+    parent = finished_looking(tmp_path, "scheme=alibi", "train=smoke")
+    r = runner.invoke(app, ["finetune", str(parent.path), "train.steps=5", "--cfg"])
+    assert r.exit_code == 0, r.output
+    assert "warning: train.warmup_steps=10 exceeds the fine-tune's train.steps=5" in r.output, r.output
+    r = runner.invoke(app, ["finetune", str(parent.path), "train.steps=10", "--cfg"])
+    assert r.exit_code == 0 and "warning:" not in r.output, r.output

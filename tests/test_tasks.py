@@ -210,6 +210,8 @@ def test_a_tiny_run_learns_copy_at_L(tmp_path):
     assert "exact match at L" in r.output
 
 
+QUICK = ["train.steps=1", "model.n_layers=1", "model.d_model=16", "model.n_heads=1", "task.eval_examples=1",
+         "eval.variants=false"]  # what the run would be, were it not refused: seconds
 BAD = [
     (["task=copy", "task.key_digits=3"], "task.key_digits=3 is not read by task=copy; it is an option of task=passkey"),
     (["task.symbols=8"], "task.symbols=8 is not read by task=lm"),
@@ -221,6 +223,14 @@ BAD = [
     (["task=sorting"], "unknown task preset 'sorting'; choose one of: addition, assoc_recall, copy, lm, passkey"),
     (["task=copy", "task.symbols=1"], "task.symbols=1 is out of range: must be >= 2"),
     (["task=passkey", "task.filler=text", "task.symbols=8"], "task.symbols is not read by task.filler=text"),
+    (["task=assoc_recall", "task.n_keys=2"], "task.n_keys=2 is too few for task=assoc_recall at length 256"),
+    (["task=assoc_recall", "task.n_keys=100", *QUICK], "raise task.n_keys to at least 123"),
+    (["task=passkey", "eval.split=test", *QUICK], "eval.split=test is not read by task=passkey"),
+    (["task=addition", "eval.lengths=[34,35]", *QUICK], "eval lengths 34 and 35 give task=addition the same examples "
+     "(inputs of 33 tokens): its examples grow in steps of 3 tokens"),
+    (["task=copy", "eval.lengths=[33,34]", *QUICK], "eval lengths 33 and 34 give task=copy the same examples"),
+    (["task=passkey", "eval.lengths=[8,32]", *QUICK], "eval length 8 is too short for task=passkey: one example "
+     "needs at least 12 tokens"),
 ]
 
 
@@ -314,3 +324,18 @@ def test_passkey_filler_from_text_takes_training_and_heldout_filler_from_their_s
     heldout = t.heldout_set(40, 4)
     fill = lambda b: set(b.x[b.x >= SYMBOL0].tolist())  # noqa: E731
     assert fill(train) == {SYMBOL0 + ord("a")} and fill(heldout) == {SYMBOL0 + ord("z")}
+
+
+def test_passkey_text_filler_on_a_too_short_corpus_is_refused_before_anything_is_created(tmp_path):
+    """Not `n/a` (which means: the scheme cannot run there): one line naming the split and the length, exit 2."""
+    path = tmp_path / "small.txt"
+    path.write_text("a short corpus line\n" * 100)  # 2 KB: validation ≈ 100 bytes < the filler at 8L = 256 (244)
+    r = runner.invoke(app, ["train", "task=passkey", "task.filler=text", "data=local", f"data.path={path}",
+                            "scheme=nope", "model.n_layers=1", "model.d_model=16", "model.n_heads=1", "train.steps=2",
+                            "train.batch_size=2", "task.depths=1", "task.eval_examples=2", "eval.variants=false",
+                            f"results_dir={tmp_path / 'r'}", "--no-progress"])
+    assert r.exit_code == 2, r.output
+    assert "the validation split of data=local holds" in r.output and "length 256" in r.output, r.output
+    # one error line (the datasets library may print its progress while the local file is read the first time)
+    assert r.output.strip().splitlines()[-1].startswith("error: task.filler=text: the validation split"), r.output
+    assert "Traceback" not in r.output and not (tmp_path / "r").exists()
