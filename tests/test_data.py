@@ -86,18 +86,35 @@ def test_hub_failure_is_one_clear_line():
 
 
 def test_an_unreachable_hub_fails_at_once_with_one_line(monkeypatch):
-    """Offline, the datasets library retries each file for ~40 s; pe-bench checks the endpoint first (3 s at most)
-    and loads in offline mode: cached datasets still load, others fail at once."""
-    import time
+    """Offline, the datasets library retries each file for ~40 s; pe-bench checks the endpoint first (one connection,
+    3 s at most) and loads in offline mode: cached datasets still load, others fail at once (no retry online)."""
+    import socket
+
+    import datasets
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens, refused at once
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # (set by conftest) so that the endpoint is really probed
+    probes, loads = [], []
+    connect, load_dataset = socket.create_connection, datasets.load_dataset
+
+    def probe(address, timeout=None, *args, **kwargs):
+        probes.append((address, timeout))
+        return connect(address, timeout, *args, **kwargs)
+
+    def load(*args, **kwargs):
+        loads.append(datasets.config.HF_HUB_OFFLINE)  # what the library sees while it loads
+        return load_dataset(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", probe)
+    monkeypatch.setattr(datasets, "load_dataset", load)
     assert not data.hub_reachable()
+    assert probes == [(("127.0.0.1", 9), 3.0)]
     cfg = compose(["data=wikitext103", "data.path=no-such-org/no-such-dataset-xyz"]).data
-    t0 = time.perf_counter()
     with pytest.raises(DataError, match=r"\(the hub \(http://127.0.0.1:9\) cannot be reached and the dataset is not "
                                         r"in the local cache\); without internet use data=local"):
         data.load_corpus(cfg)
-    assert time.perf_counter() - t0 < 15
+    assert probes == [(("127.0.0.1", 9), 3.0)] * 2  # one bounded probe, and nothing else connected
+    assert loads == [True]  # one load, in offline mode: it failed at once, without the library's retries
 
 
 def test_bpe_tokenizer_trained_locally_counts_bytes_exactly(tmp_path):
@@ -189,12 +206,26 @@ def test_local_glob_fingerprint_covers_every_matched_file(tmp_path):
     assert data.local_fingerprint(cfg) == fp
 
 
+def _wait_for_the_clock_to_pass(path):
+    """Until a file changed now gets a later ctime than ``path`` has: the filesystem's timestamps (a coarse clock,
+    ~1-10 ms; 2 s on FAT) have moved on, however fast the machine got here."""
+    probe = path.with_name(".clock-probe")
+    deadline = time.monotonic() + 60  # a safety net: one clock tick
+    while True:
+        probe.write_bytes(b"")
+        if probe.stat().st_ctime_ns > path.stat().st_ctime_ns:
+            break
+        assert time.monotonic() < deadline, f"the ctime of new files stayed at that of {path} for 60 s"
+        time.sleep(0.001)
+    probe.unlink()
+
+
 def test_file_hash_memo_is_reused_only_while_the_file_is_untouched(monkeypatch, tmp_path):
     monkeypatch.setattr(data, "_RACY_NS", 0)  # the file was just written: allow memoizing it anyway
     path = tmp_path / "corpus.txt"
     path.write_text("aaaa\n" * 1000)
     cfg = compose(["data=local", f"data.path={path}"]).data
-    time.sleep(0.05)  # past the filesystem's timestamp granularity
+    _wait_for_the_clock_to_pass(path)  # so the file is not "racy" and its rewrite below gets a later ctime
     fp = data.local_fingerprint(cfg, tmp_path / "cache")
     index = json.loads((tmp_path / "cache" / "tokens" / "file-hashes.json").read_text())
     assert str(path) in index

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -12,17 +13,30 @@ ARGS = ["scheme=rope", "train=smoke", "eval=smoke", "model.n_layers=2", "model.d
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
+def bounded(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run cmd in its own session; should it outlive a generous safety net, it is killed with every process it
+    started (torchrun's workers too) and the test fails."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"{' '.join(cmd)} still running after 900 s:\n{err[-2000:]}") from None
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def torchrun(n: int, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m", "pe_bench",
-           "train", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=False, timeout=300)
+    return bounded([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m",
+                    "pe_bench", "train", *args])
 
 
 def test_two_processes_train_the_same_model_as_one(tmp_path):
     two = torchrun(2, *ARGS, f"results_dir={tmp_path / 'two'}")
     assert two.returncode == 0, two.stderr[-2000:]
-    one = subprocess.run([sys.executable, "-m", "pe_bench", "train", *ARGS, "train.threads=1",
-                          f"results_dir={tmp_path / 'one'}"], capture_output=True, text=True, env=ENV, check=False)
+    one = bounded([sys.executable, "-m", "pe_bench", "train", *ARGS, "train.threads=1",
+                   f"results_dir={tmp_path / 'one'}"])
     assert one.returncode == 0, one.stderr[-2000:]
     (run2,) = (tmp_path / "two" / "runs").iterdir()
     (run1,) = (tmp_path / "one" / "runs").iterdir()

@@ -6,7 +6,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -146,9 +145,12 @@ def test_a_run_directory_in_use_is_locked_and_skipped(tmp_path):
     cfg = smoke_point("scheme=nope", "seed=0", f"results_dir={tmp_path}")
     run = Run(run_dir_for(cfg))
     run.create(cfg)
-    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('locked', flush=True); time.sleep(60)")
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(run.path / ".lock")], stdout=subprocess.PIPE, text=True)
+    # Holds the lock until it is killed (it waits on its stdin, which the test never closes first): however long the
+    # checks below take, the lock is still held.
+    hold = ("import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run.path / ".lock")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(RunBusy), run.lock():
@@ -186,36 +188,56 @@ def test_paths_reach_the_parallel_processes_whole(path):
         == path
 
 
+# `pe-bench ARGS`, killed with SIGKILL (no handler, nothing saved on the way out) the moment it has recorded the first
+# checkpoint of the run whose name starts with sys.argv[1]: the same state on any machine, however fast it trains.
+KILLED_AFTER_FIRST_CHECKPOINT = """
+import os, signal, sys
+from pe_bench.runs import Run
+
+prefix = sys.argv.pop(1)
+update_meta = Run.update_meta
+
+def update_meta_then_die(self, **fields):
+    out = update_meta(self, **fields)
+    if fields.get("checkpoint_step") and self.path.name.startswith(prefix):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+
+Run.update_meta = update_meta_then_die
+from pe_bench.cli import main
+main()
+"""
+
+
 def test_killing_a_sweep_and_starting_it_again_finishes_only_what_was_missing(tmp_path):
-    args = [sys.executable, "-m", "pe_bench", "sweep", *SMOKE, "scheme=alibi,nope,t5", "seed=0",
-            "train.steps=600", "train.ckpt_interval=25", f"results_dir={tmp_path}", "--no-progress"]
+    sweep = ["sweep", *SMOKE, "scheme=alibi,nope,t5", "seed=0", "train.steps=100", "train.ckpt_interval=25",
+             f"results_dir={tmp_path}", "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                             start_new_session=True)
-    runs = {}
-    deadline = time.time() + 240
+    # killed in the middle of the second point, right after its first checkpoint
+    first = subprocess.Popen([sys.executable, "-c", KILLED_AFTER_FIRST_CHECKPOINT, "nope-", *sweep],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
-        while time.time() < deadline:  # kill it in the middle of the second point, after its first checkpoint
-            runs = {p.name.split("-")[0]: p for p in (tmp_path / "runs").glob("*") if (p / "meta.json").exists()}
-            if "nope" in runs and meta(runs["nope"]).get("checkpoint_step", 0) >= 25:
-                break
-            time.sleep(0.05)
+        first.wait(timeout=600)  # a safety net: it dies after a few seconds' training
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == -signal.SIGKILL
+    runs = {p.name.split("-")[0]: p for p in (tmp_path / "runs").glob("*") if (p / "meta.json").exists()}
     assert meta(runs["alibi"])["status"] == "done" and meta(runs["nope"])["status"] == "running"
     alibi_started = meta(runs["alibi"])["started"]
-    killed_at = meta(runs["nope"])["checkpoint_step"]
+    assert meta(runs["nope"])["checkpoint_step"] == 25
     assert "t5" not in runs
 
-    again = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    again = subprocess.run([sys.executable, "-m", "pe_bench", *sweep], capture_output=True, text=True, env=env,
+                           check=False, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "3 points: 2 trained, 1 skipped (finished before)" in again.stdout
     runs = {p.name.split("-")[0]: p for p in (tmp_path / "runs").iterdir()}
     assert meta(runs["alibi"])["started"] == alibi_started  # not retrained
-    assert meta(runs["nope"])["resumed_from"] == [killed_at] and meta(runs["nope"])["status"] == "done"
+    assert meta(runs["nope"])["resumed_from"] == [25] and meta(runs["nope"])["status"] == "done"
     assert meta(runs["t5"])["status"] == "done" and "resumed_from" not in meta(runs["t5"])
-    assert list(pd.read_csv(runs["nope"] / "train.csv")["step"])[-1] == 600
+    assert list(pd.read_csv(runs["nope"] / "train.csv")["step"])[-1] == 100
 
 
 def test_emit_sbatch_writes_one_override_line_per_point_and_an_array_script(tmp_path):

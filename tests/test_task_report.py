@@ -19,10 +19,13 @@ TINY = ["train=smoke", "model.n_layers=2", "model.d_model=32", "model.n_heads=2"
 
 
 def train(results, *args) -> Run:
+    """The run this command trained: the one directory it added (not the latest mtime, which two runs written
+    within one clock tick can share)."""
+    before = set((results / "runs").glob("*"))
     r = runner.invoke(app, ["train", *args, *TINY, f"results_dir={results}"])
     assert r.exit_code == 0, r.output
-    runs = sorted((results / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
-    return Run(runs[-1])
+    (new,) = set((results / "runs").glob("*")) - before
+    return Run(new)
 
 
 @pytest.fixture(scope="module")
