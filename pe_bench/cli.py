@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -130,6 +131,11 @@ def friendly(fn: Callable) -> Callable:
                 raise typer.Exit(3) from None
             if _raised(e, "pe_bench.train", "Diverged"):
                 error(str(e))
+                raise typer.Exit(1) from None
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                where = f" writing {e.filename}" if e.filename else ""
+                error(f"No space left on device{where}: free some space and run the same command again (pe-bench "
+                      "replaces its files whole: what was there before is intact, a run resumes from its checkpoint)")
                 raise typer.Exit(1) from None
             if os.environ.get("PE_BENCH_DEBUG"):
                 raise

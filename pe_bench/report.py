@@ -6,6 +6,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
@@ -633,14 +636,34 @@ def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.Data
 def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
                  modes: tuple[str, ...] | list[str] = MODES, plots: bool = True) -> list[Path]:
     """Everything `pe-bench report` writes: eval_long.csv, comparison.csv/.md and (with matplotlib) the plots.
-    Raises ImportError after the tables if plots were asked for and matplotlib is missing."""
+    Written in a staging folder inside ``out`` and moved into place once all of it is written: a report that fails
+    (disk full, a crash) leaves the previous one whole. Raises ImportError if plots were asked for and matplotlib is
+    missing (nothing is moved then)."""
+    return replace_together(out, lambda staging: _write_report_files(df, pos, staging, title, split, modes, plots))
+
+
+def replace_together(out: Path, write: Callable[[Path], list[Path]]) -> list[Path]:
+    """``write(staging)`` writes a report's files into a staging folder inside ``out``; once all are written they
+    are moved into ``out`` (a rename each: no space needed). Any failure leaves ``out`` as it was."""
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        written = write(staging)
+        for p in written:
+            os.replace(p, out / p.name)
+        return [out / p.name for p in written]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str,
+                        modes: tuple[str, ...] | list[str], plots: bool) -> list[Path]:
     col = df if isinstance(df, Collected) else Collected(df)
     df = col.df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
     col = Collected(df, col.windows, col.left_out)
-    out.mkdir(parents=True, exist_ok=True)
     # the fine-tuning columns only where there are fine-tunes (the long CSV of other reports stays as it was)
-    plain = df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore") if not (df.get("ft_parent", pd.Series([], dtype=str)) != "").any() \
-        else df
+    fine_tunes = (df.get("ft_parent", pd.Series([], dtype=str)) != "").any()
+    plain = df if fine_tunes else df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore")
     atomic_write_text(out / "eval_long.csv", plain.to_csv(index=False))
     written = [out / "eval_long.csv", *write_tables(col, out, title, split)]
     from pe_bench.extension import write_extension

@@ -19,7 +19,7 @@ import pandas as pd
 from pe_bench import markdown
 from pe_bench.accuracy import ACCURACY_COLUMNS
 from pe_bench.config import Config
-from pe_bench.report import UNLABELLED, flatten, config_identity, mixed_numerics, read_whole_csv
+from pe_bench.report import UNLABELLED, config_identity, flatten, mixed_numerics, read_whole_csv, replace_together
 from pe_bench.runs import Run, RunFileError, atomic_write_text
 
 REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples", "seed",
@@ -165,9 +165,12 @@ LEGEND = ("Cells: accuracy in % on the held-out examples (mean ± std over seeds
 
 def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = True) -> list[Path]:
     """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row) and accuracy.md, and with matplotlib
-    accuracy_vs_length.png and passkey_heatmap.png (when there are passkey runs)."""
+    accuracy_vs_length.png and passkey_heatmap.png (when there are passkey runs); all or nothing replaced."""
+    return replace_together(out, lambda staging: _write_accuracy_files(acc, staging, title, plots))
+
+
+def _write_accuracy_files(acc: Accuracy, out: Path, title: str, plots: bool) -> list[Path]:
     df = acc.df.sort_values(["task", "L_train", "scheme", "seed", "L_eval", "depth"], kind="stable")
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "accuracy_long.csv", df.to_csv(index=False))
     parts, md = [], [f"# {title}\n"]
     for task in sorted(df["task"].unique()):

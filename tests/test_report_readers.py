@@ -231,3 +231,24 @@ def test_a_string_setting_in_a_label_is_one_quoted_line_in_markdown_and_csv(tmp_
     assert '| nope · data.doc_separator="a\\|b" |' in md and '| nope · data.doc_separator="\\\\n\\\\n" |' in md
     fingerprints = {json.loads((p / "meta.json").read_text())["data_fingerprint"] for p in (results / "runs").iterdir()}
     assert len(fingerprints) == 3  # the separator is in the data, not only in the name
+
+
+def test_a_report_that_fails_half_way_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    import errno
+
+    from pe_bench import report
+
+    rows = pd.DataFrame([{"run": "a-0", "scheme": "alibi", "L_train": 64, "L_eval": n, "mode": "nonoverlapping",
+                          "split": "validation", "stride": n, "ppl": 9.0 + n / 64, "seed": 0, "status": "ok",
+                          "tokens_scored": 100, "data": "d", "model": "m"} for n in (64, 128)])
+    out = tmp_path / "rep"
+    report.write_report(rows, pd.DataFrame(), out, "before", plots=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "write_tables", disk_full)  # eval_long.csv is written, then the disk is full
+    with pytest.raises(OSError):
+        report.write_report(rows.assign(ppl=rows["ppl"] + 1), pd.DataFrame(), out, "after", plots=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder left either
