@@ -140,6 +140,11 @@ def _replacing(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.filename is None:  # a failed write names no file: name the one being replaced
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -167,10 +172,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    with _replacing(path) as tmp:
-        import torch
+    """torch.save through memory, then one plain write: a full disk is an OSError (ENOSPC) naming the file, not
+    torch's zip-writer RuntimeError."""
+    import torch
 
-        torch.save(obj, tmp)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with _replacing(path) as tmp:
+        tmp.write_bytes(buf.getvalue())
 
 
 def file_sha256(path: Path) -> str:

@@ -199,16 +199,19 @@ def test_report_leaves_out_bad_eval_files_by_name_and_goes_on(smoke_args, tmp_pa
 
 # Faults -------------------------------------------------------------------------------------------------------------
 def test_disk_full_while_checkpointing_fails_the_run_and_leaves_no_temporary_file(smoke_args, tmp_path, monkeypatch):
-    import torch
+    from pathlib import Path
 
-    def full(obj, path):
-        with open(path, "wb") as f:
-            f.write(b"partial")
+    write_bytes = Path.write_bytes
+
+    def full(self, data):  # the disk fills up half-way through the checkpoint's temporary file
+        if "checkpoint" not in self.name:
+            return write_bytes(self, data)
+        write_bytes(self, b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(torch, "save", full)  # runs.atomic_save calls torch.save
+    monkeypatch.setattr(Path, "write_bytes", full)  # runs.atomic_save writes the serialized checkpoint with it
     r = invoke("train", "scheme=nope", *smoke_args, "--no-progress")
-    assert r.exit_code == 1 and "No space left on device" in r.output
+    assert r.exit_code == 1 and "No space left on device writing" in r.output and "checkpoint.pt: free" in r.output
     run = runs_of(tmp_path / "results")[0]
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "failed" and "No space left on device" in meta["error"]
