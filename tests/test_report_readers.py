@@ -24,9 +24,12 @@ def invoke(*args):
 
 
 def train(results, *overrides):
+    """Train (or resume) a run; its directory: the one this call added, else the one named in its output."""
+    before = set((results / "runs").iterdir()) if (results / "runs").exists() else set()
     r = invoke("train", *SMALL, f"results_dir={results}", *overrides, "--no-progress")
     assert r.exit_code == 0, r.output
-    return max((results / "runs").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    added = set((results / "runs").iterdir()) - before
+    return added.pop() if added else next(p for p in before if p.name in r.output)
 
 
 @pytest.fixture(scope="module")
