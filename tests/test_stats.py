@@ -147,3 +147,41 @@ def test_interval_is_a_frozen_record():
     iv = Interval(1.0, 2.0, T_METHOD, 3)
     with pytest.raises(AttributeError):
         iv.lo = 0.0  # type: ignore[misc]
+
+
+def _binomial_quantile(n: int, q: float) -> int:
+    """The smallest k with P(Binomial(n, 1/2) ≤ k) ≥ q, exactly."""
+    total = 0
+    for k in range(n + 1):
+        total += math.comb(n, k)
+        if total / 2**n >= q:
+            return k
+    return n
+
+
+# Windows of one token each whose nll is 0 or 1 (half each): a resample's mean nll is Binomial(N, 1/2) / N, so the
+# bootstrap distribution of exp(mean nll) is known exactly and its 2.5% / 97.5% percentiles are those of the binomial
+# (its 5% / 95% ones — a 90% interval — differ by several counts at N = 400).
+N_BERNOULLI = 400
+
+
+def _bernoulli_windows() -> tuple[np.ndarray, np.ndarray]:
+    return np.repeat([0.0, 1.0], N_BERNOULLI // 2), np.ones(N_BERNOULLI)
+
+
+def test_the_bootstrap_interval_is_the_95_percent_one_of_a_known_distribution():
+    iv = bootstrap_ppl_interval(*_bernoulli_windows(), n_boot=20000)
+    for end, q in ((iv.lo, 0.025), (iv.hi, 0.975)):
+        k = math.log(end) * N_BERNOULLI
+        assert abs(k - _binomial_quantile(N_BERNOULLI, q)) <= 1.5, (end, q)
+    k90 = _binomial_quantile(N_BERNOULLI, 0.05)
+    assert math.log(iv.lo) * N_BERNOULLI < k90 - 2  # clearly wider than the 90% interval
+
+
+def test_the_paired_bootstrap_interval_is_the_95_percent_one_of_a_known_distribution():
+    nll, tokens = _bernoulli_windows()
+    p = paired_difference({0: (nll, tokens)}, {0: (np.zeros_like(nll), tokens)}, n_boot=20000)  # B: ppl 1 exactly
+    assert p.interval.method == BOOTSTRAP_METHOD
+    for end, q in ((p.interval.lo, 0.025), (p.interval.hi, 0.975)):
+        k = math.log(end + 1.0) * N_BERNOULLI
+        assert abs(k - _binomial_quantile(N_BERNOULLI, q)) <= 1.5, (end, q)
