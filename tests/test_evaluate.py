@@ -128,3 +128,38 @@ def test_a_stop_request_ends_scoring_at_the_next_batch_of_windows(setup):
             _score(model, heldout, None, DEV, False, 32)
     finally:
         clear_stop()
+
+
+class Uniform(torch.nn.Module):
+    """A model whose next-token distribution is uniform over the vocabulary: every target costs exactly ln V."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, x: torch.Tensor, positions=None) -> torch.Tensor:  # x: (B, T) → logits (B, T, V)
+        return torch.zeros(*x.shape, self.vocab)
+
+
+def test_bits_per_byte_divides_by_the_utf8_bytes_of_the_targets_not_their_count():
+    tokens = np.random.default_rng(1).integers(0, 256, 2000).astype(np.uint8)
+    token_bytes = np.arange(256) % 4 + 1  # 1..4 bytes per token, as a BPE vocabulary has
+    s = score_windows(Uniform(256), tokens, token_bytes, 32, 32, 256, 512, DEV, False)
+    targets = tokens[1:257].astype(np.int64)
+    assert s.loss == pytest.approx(math.log(256))
+    assert s.bpb == pytest.approx(256 * 8 / token_bytes[targets].sum())  # ln 256 nats = 8 bits per target
+    assert s.bpb != pytest.approx(8.0)  # what counting tokens as bytes would give
+
+
+@pytest.mark.parametrize("stride", [32, 5])
+def test_per_position_loss_is_the_token_weighted_mean_of_its_bucket(stride):
+    from pe_bench.evaluate import _position_rows
+
+    tokens = np.random.default_rng(2).integers(0, 256, 2000).astype(np.uint8)
+    s = score_windows(Uniform(256), tokens, np.ones(256, dtype=np.int64), 32, stride, 512, 512, DEV, False)
+    rows = _position_rows({"scheme": "u"}, s, buckets=4)
+    assert [(r["pos_start"], r["pos_end"]) for r in rows] == [(0, 8), (8, 16), (16, 24), (24, 32)]
+    assert sum(r["tokens"] for r in rows) == s.tokens == 512
+    for r in rows:  # every target costs ln 256, whatever the bucket's width or count of scored tokens
+        assert r["loss"] == pytest.approx(math.log(256), abs=1e-6)
+        assert r["tokens"] == s.pos_count[r["pos_start"]:r["pos_end"]].sum()
