@@ -24,12 +24,26 @@ def setup():
     return cfg, model, tokens, np.ones(256, dtype=np.int64)
 
 
-def test_sliding_with_stride_equal_to_length_is_nonoverlapping(setup):
+def test_scores_do_not_depend_on_the_batching(setup):
     _, model, tokens, tb = setup
     a = score_windows(model, tokens, tb, 32, 32, 1024, 512, DEV, False)
     b = score_windows(model, tokens, tb, 32, 32, 1024, 10_000, DEV, False)  # other batching, same numbers
     assert a.tokens == b.tokens == 1024
     assert a.nll == pytest.approx(b.nll, rel=1e-6)
+
+
+def test_sliding_rows_with_S_equal_to_the_length_reproduce_the_nonoverlapping_rows(setup):
+    cfg, model, tokens, tb = setup
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.lengths=[32]", "eval.stride=32", "eval.sliding_max_tokens=2048",
+                   "eval.modes=[nonoverlapping,sliding]"])
+    rows, _, windows = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    by_mode = {r["mode"]: r for r in rows}
+    assert by_mode["sliding"]["stride"] == 32 and by_mode["sliding"]["tokens_scored"] == 2048
+    for k in ("loss", "ppl", "bpb", "tokens_scored"):
+        assert by_mode["sliding"][k] == by_mode["nonoverlapping"][k]
+    per_mode = {m: [w["nll"] for w in windows if w["mode"] == m] for m in by_mode}
+    assert per_mode["sliding"] == per_mode["nonoverlapping"]  # window for window
 
 
 def test_nonoverlapping_is_the_token_weighted_mean_over_blocks(setup):
