@@ -122,4 +122,5 @@ def test_pe_bench_train_on_cuda_uses_bf16_and_compile_and_evaluates_past_L(backe
     import pandas as pd
 
     ev = pd.read_csv(run / "eval.csv")
-    assert ev["L_eval"].max() >= 4 * 32 and ev["ppl"].notna().all() and (ev["ppl"] < 300).all()
+    # a uniform model scores 256 (byte vocabulary); this recipe reaches ~34 at L on the CPU, and ALiBi stays flat
+    assert ev["L_eval"].max() >= 4 * 32 and ev["ppl"].notna().all() and (ev["ppl"] < 100).all()

@@ -64,3 +64,31 @@ def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tm
     assert only.exit_code == 0 and set(pd.read_csv(tmp_path / "c" / "comparison.csv")["scheme"]) == {"alibi"}
     bad = runner.invoke(app, ["report", str(tmp_path / "nowhere")])
     assert bad.exit_code == 2 and "no evaluated run directories" in bad.output
+
+
+def test_the_report_is_the_same_bytes_from_two_processes(smoke_args, tmp_path):
+    """The README's promise: the report of the same runs is the same bytes — across processes too (another hash
+    seed, so no set or dict order can leak into a file)."""
+    import os
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from pe_bench.cli import app
+
+    r = CliRunner().invoke(app, ["sweep", "scheme=nope,alibi", "seed=0", "eval.variants=false", *smoke_args,
+                                 "--no-progress"])
+    assert r.exit_code == 0, r.output
+    outs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"rep{hash_seed}"
+        p = subprocess.run([sys.executable, "-c", "from pe_bench.cli import main; main()", "report",
+                            str(tmp_path / "results"), "--out", str(out)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": hash_seed}, timeout=600)
+        assert p.returncode == 0, p.stderr
+        outs.append(out)
+    files = sorted(f.name for f in outs[0].iterdir())
+    assert "comparison.md" in files and "loss_vs_position.png" in files
+    assert files == sorted(f.name for f in outs[1].iterdir())
+    assert all((outs[0] / f).read_bytes() == (outs[1] / f).read_bytes() for f in files)
