@@ -103,3 +103,90 @@ def test_a_crash_resumes_from_the_last_periodic_checkpoint(tmp_path, monkeypatch
     with pytest.raises(RuntimeError):
         train(cfg, run, corpus, DEV, progress=False)
     assert torch.load(run.checkpoint, weights_only=False)["step"] == 5
+
+
+# Divergence: the loss and the gradient norm are both checked, and no checkpoint ever holds non-finite weights ----------
+def _tiny_cli(tmp_path, *extra):
+    """`pe-bench train` of a 1-layer model (in-process, so monkeypatches reach it): exit code, the one run dir."""
+    from typer.testing import CliRunner
+
+    from pe_bench.cli import app
+
+    r = CliRunner().invoke(app, ["train", "scheme=alibi", "train=smoke", "eval=smoke", "model.n_layers=1",
+                                 "model.d_model=32", "train.threads=1", f"results_dir={tmp_path / 'results'}",
+                                 *extra, "--no-progress"])
+    runs = sorted((tmp_path / "results" / "runs").iterdir())
+    assert len(runs) == 1, r.output
+    return r, runs[0]
+
+
+def _finite(state: dict) -> bool:
+    return all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+
+
+def test_a_nonfinite_gradient_norm_with_a_finite_loss_is_divergence(tmp_path, monkeypatch):
+    """The gradient norm is checked, not only the loss: the norm is inf at step 5 (the loss stays finite, the weights
+    too) → the run stops as diverged at step 5 naming the gradient norm, exit code 1, and the checkpoint of step 4
+    (train.ckpt_interval=2) is kept, finite."""
+    import json
+
+    real, calls = torch.nn.utils.clip_grad_norm_, {"n": 0}
+
+    def inf_at_step_5(*args, **kwargs):
+        norm = real(*args, **kwargs)
+        calls["n"] += 1
+        return torch.full_like(norm, float("inf")) if calls["n"] == 5 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", inf_at_step_5)
+    r, run = _tiny_cli(tmp_path, "train.ckpt_interval=2", "train.log_interval=3")
+    assert r.exit_code == 1, r.output
+    assert "training diverged at step 5: gradient norm = inf" in r.output
+    meta = json.loads((run / "meta.json").read_text())
+    assert (meta["status"], meta["diverged_step"], meta["diverged_what"], meta["diverged_value"]) == \
+        ("diverged", 5, "gradient norm", "inf")
+    assert calls["n"] == 6  # stopped at the first check after step 5 (the checkpoint due at step 6 is not written)
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert ckpt["step"] == 4 and _finite(ckpt["model"])
+    assert meta["checkpoint_step"] == 4
+    assert not (run / "eval.csv").exists()
+
+
+def test_no_checkpoint_is_ever_written_with_nonfinite_weights(tmp_path, monkeypatch):
+    """Weights poisoned (NaN) right after step 3's optimizer step: step 4's loss is NaN, and step 4 is a checkpoint
+    step (train.ckpt_interval=2) but no log step (train.log_interval=20, the last): the save itself must check, so
+    the checkpoint of step 2 stays the last one written — every checkpoint ever written is finite, the one on disk is
+    step 2's — and the run is diverged at step 4 (its loss)."""
+    import json
+
+    real_make, real_save, written = train_mod.make_optimizer, train_mod.atomic_save, []
+
+    def poisons_after_step_3(model, tc, device):
+        opt = real_make(model, tc, device)
+        step, calls = opt.step, {"n": 0}
+
+        def step_then_poison(*args, **kwargs):
+            out = step(*args, **kwargs)
+            calls["n"] += 1
+            if calls["n"] == 3:
+                with torch.no_grad():
+                    next(model.parameters()).fill_(float("nan"))
+            return out
+
+        opt.step = step_then_poison
+        return opt
+
+    def recording_save(obj, path, *args, **kwargs):
+        if isinstance(obj, dict) and "model" in obj:
+            written.append((obj["step"], _finite(obj["model"])))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "make_optimizer", poisons_after_step_3)
+    monkeypatch.setattr(train_mod, "atomic_save", recording_save)
+    r, run = _tiny_cli(tmp_path, "train.ckpt_interval=2", "train.log_interval=20")
+    assert r.exit_code == 1, r.output
+    assert written == [(2, True)]  # nothing written from step 4 on
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)  # unconditionally: step 2's checkpoint is there
+    assert ckpt["step"] == 2 and _finite(ckpt["model"])
+    meta = json.loads((run / "meta.json").read_text())
+    assert (meta["status"], meta["diverged_step"], meta["diverged_what"]) == ("diverged", 4, "loss")
+    assert meta["checkpoint_step"] == 2
