@@ -360,12 +360,13 @@ def check_against_windows(run: Run, rows: pd.DataFrame, windows: dict[tuple, tup
 
 
 def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
-    """seed → per-window (nll, tokens) for the rows of one table cell; None if any seed lacks them."""
+    """seed → per-window (nll, tokens) for the rows of one table cell; None if any seed lacks them (rows whose
+    windows disagree never get here: :func:`collect_all` leaves their run out)."""
     out = {}
     for r in rows.itertuples():
         w = col.windows.get(window_key(r.run, r))
-        if w is None or not agrees(w, float(r.ppl)):
-            return None  # no windows, or windows that do not recompute this row
+        if w is None:
+            return None
         out[int(r.seed)] = w
     return out
 
@@ -627,7 +628,8 @@ def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.Data
             d["loss"] = pd.to_numeric(d["loss"].where(~d["loss"].str.lower().isin(NOT_A_NUMBER), "nan"))
         except (RunFileError, ValueError) as e:
             text = str(e) if isinstance(e, RunFileError) else f"{run.positions_csv} holds a value that is not a number"
-            (left if left is not None else []).append(f"{text}: its loss-by-position lines are left out")
+            if left is not None:
+                left.append(f"{text}: its loss-by-position lines are left out")
             continue
         frames.append(d.assign(run=run.path.name)[["run", *columns]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
