@@ -78,6 +78,8 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                 barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
                 return run
             check_numerics(run, device)
+            if run.checkpoint.exists() and run.config.exists():  # resuming: an edited config.yaml is refused
+                check_same_run(run, cfg)
             run.create(cfg)
             for stale in run.retire_analyses():  # made from a checkpoint this training moves past
                 say(f"{stale.name}: an analysis of an earlier checkpoint, renamed (run `pe-bench analyze` again)")

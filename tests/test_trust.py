@@ -304,10 +304,20 @@ def test_a_run_is_never_resumed_or_evaluated_on_other_data_than_it_was_trained_o
             "model.d_model=32", f"results_dir={tmp_path / 'res'}"]
     assert invoke("train", *args, "--no-progress").exit_code == 0
     run = runs_of(tmp_path / "res")[0]
+    request_stop()  # seed 1: stopped after its first step, to be resumed
+    try:
+        assert invoke("train", *args, "seed=1", "--no-progress").exit_code == 3
+    finally:
+        clear_stop()
+    (stopped,) = (p for p in runs_of(tmp_path / "res") if p != run)
+    checkpoint = (stopped / "checkpoint.pt").read_bytes()
     corpus.write_text(corpus.read_text().replace("first", "other"))  # same size, new contents
     r = invoke("eval", run, "eval.max_tokens=1024")
     assert r.exit_code == 2 and "was trained on other data" in " ".join(r.output.split())
     assert json.loads((run / "meta.json").read_text())["data_fingerprint"]
+    r = invoke("train", *args, "seed=1", "--no-progress")  # resuming: refused the same way
+    assert r.exit_code == 2 and "was trained on other data" in " ".join(r.output.split()), r.output
+    assert (stopped / "checkpoint.pt").read_bytes() == checkpoint
 
 
 def test_two_configurations_never_share_a_row_even_with_the_same_label(smoke_args, tmp_path):
@@ -394,3 +404,137 @@ def test_a_run_is_never_resumed_with_other_numerics(smoke_args, tmp_path):
         assert json.loads((run / "meta.json").read_text())["resumed_from"] == [1]
     finally:
         torch.set_num_threads(threads)
+
+
+# A run is evaluated and resumed as what it is (README, "Numbers you can trust") -----------------------------------
+TINY = ["train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32"]
+
+
+def stopped_after_one_step(results, *args):
+    """A run stopped after its first step with a checkpoint (what SIGTERM does): its directory."""
+    before = set((results / "runs").iterdir()) if (results / "runs").exists() else set()
+    request_stop()
+    try:
+        r = invoke("train", *TINY, *args, f"results_dir={results}", "--no-progress")
+    finally:
+        clear_stop()
+    assert r.exit_code == 3, r.output
+    (run,) = set((results / "runs").iterdir()) - before
+    return run
+
+
+def test_an_edited_config_yaml_is_refused_for_eval_and_for_resuming(tmp_path):
+    """config.yaml edited by hand (another learning rate: another trained model) in an interrupted run: `pe-bench
+    eval --partial` and resuming with the run's own command are both one line, exit 2, and neither touches the
+    run — the edit is not silently overwritten, the checkpoint is not trained on."""
+    results = tmp_path / "results"
+    run = stopped_after_one_step(results, "scheme=nope")
+    text = (run / "config.yaml").read_text()
+    assert "\n  lr: 0.003\n" in text
+    (run / "config.yaml").write_text(text.replace("\n  lr: 0.003\n", "\n  lr: 0.001\n"))
+    edited, checkpoint = (run / "config.yaml").read_bytes(), (run / "checkpoint.pt").read_bytes()
+    r = invoke("eval", run, "--partial")
+    assert r.exit_code == 2 and "config.yaml does not match its run directory's name" in " ".join(r.output.split())
+    assert not (run / "eval.csv").exists()
+    r = invoke("train", *TINY, "scheme=nope", f"results_dir={results}", "--no-progress")
+    assert r.exit_code == 2, r.output
+    assert "config.yaml does not match its run directory's name" in " ".join(r.output.split())
+    assert r.output.strip().count("\n") == 0, r.output
+    assert (run / "config.yaml").read_bytes() == edited and (run / "checkpoint.pt").read_bytes() == checkpoint
+    assert json.loads((run / "meta.json").read_text())["status"] == "interrupted"
+
+
+def test_a_checkpoint_from_another_run_is_refused_on_resume(tmp_path):
+    """Two interrupted runs; nope's checkpoint replaced by alibi's (same tensor shapes: it would load): resuming nope
+    is one line, exit 2, and trains nothing."""
+    results = tmp_path / "results"
+    nope = stopped_after_one_step(results, "scheme=nope")
+    alibi = stopped_after_one_step(results, "scheme=alibi")
+    shutil.copy(alibi / "checkpoint.pt", nope / "checkpoint.pt")
+    foreign = (nope / "checkpoint.pt").read_bytes()
+    r = invoke("train", *TINY, "scheme=nope", f"results_dir={results}", "--no-progress")
+    assert r.exit_code == 2, r.output
+    assert "checkpoint.pt belongs to another configuration" in " ".join(r.output.split())
+    assert (nope / "checkpoint.pt").read_bytes() == foreign and not (nope / "train.csv").exists()  # no step trained
+
+
+def test_a_diverged_runs_rows_say_diverged_for_the_base_scheme_and_every_eval_time_variant(tmp_path):
+    """A diverged rope run (never evaluated): the report's rows for rope and for each of its eval-time variants
+    (configs/scheme/rope.yaml eval_variants) say 'diverged' at every length, in both modes."""
+    import yaml
+
+    from pe_bench.config import compose, config_dir
+    from pe_bench.report import collect_all, comparison
+
+    cfg = compose(["scheme=rope", *TINY, f"results_dir={tmp_path}"])
+    run = Run.for_config(cfg)
+    run.create(cfg)
+    run.update_meta(status="diverged", diverged_step=3, diverged_what="loss", diverged_value="nan")
+    variants = yaml.safe_load((config_dir() / "scheme" / "rope.yaml").read_text())["eval_variants"]
+    assert len(variants) >= 2
+    col = collect_all([run])
+    assert col.left_out == [] and col.df["scheme"].nunique() == 1 + len(variants)
+    for mode in ("nonoverlapping", "sliding"):
+        t = comparison(col, mode)
+        assert len(t) == 1 + len(variants)
+        cells = t[["32", "64", "128", "256", "longest/L"]]
+        assert (cells == "diverged").all().all(), t
+
+
+def test_a_cell_with_a_diverged_replica_says_diverged_never_the_mean_of_the_others():
+    from pe_bench.report import comparison
+
+    df = pd.DataFrame([{"scheme": "x", "L_train": 64, "L_eval": n, "mode": "nonoverlapping", "split": "validation",
+                        "stride": n, "ppl": ppl, "seed": s, "status": st, "tokens_scored": 10}
+                       for n in (64, 128)
+                       for s, ppl, st in ((0, 5.0, "ok"), (1, 6.0, "ok"), (2, float("nan"), "diverged"))])
+    t = comparison(df, "nonoverlapping")
+    assert t.loc[("x", 64)].tolist()[:4] == ["diverged", "diverged", "diverged", 3]
+
+
+def test_rows_of_another_precision_sit_beside_the_others_and_never_replace_them(tmp_path):
+    """The same weights evaluated in fp32 and in bf16 (what a CPU and a GPU give): eval.csv keeps both sets of rows,
+    the fp32 ones untouched, and the report keeps them in rows of their own (· fp32, · bf16)."""
+    import copy
+
+    from pe_bench.experiment import evaluate_run, run_one
+    from pe_bench.report import collect_all, comparison
+
+    cfg = compose_tiny(tmp_path, "scheme=alibi", "eval.lengths=[32,64]", "eval.modes=[nonoverlapping]",
+                       "eval.variants=false")
+    run = run_one(cfg, progress=False)
+    fp32 = pd.read_csv(run.eval_csv)
+    assert set(fp32["precision"]) == {"fp32"} and len(fp32) == 2
+    bf16 = copy.deepcopy(cfg)
+    bf16.train.precision = "bf16"
+    evaluate_run(run, bf16, trained=cfg, progress=False)
+    both = pd.read_csv(run.eval_csv)
+    assert len(both) == 4 and sorted(both["precision"]) == ["bf16", "bf16", "fp32", "fp32"]
+    assert both.merge(fp32).shape[0] == 2  # the fp32 rows, as they were
+    t = comparison(collect_all([run]), "nonoverlapping")
+    assert sorted(t.index.get_level_values(0)) == ["alibi · bf16", "alibi · fp32"] and (t["seeds"] == 1).all()
+
+
+def compose_tiny(tmp_path, *overrides):
+    from pe_bench.config import compose
+
+    return compose([*TINY, f"results_dir={tmp_path / 'results'}", *overrides])
+
+
+def test_a_finished_run_is_not_trained_again_on_a_machine_with_other_numerics(tmp_path):
+    """A second machine (here: another CPU thread count) sharing the results directory: `pe-bench train` of a run
+    finished elsewhere trains nothing and rewrites nothing — the run keeps the numerics it was made with."""
+    import torch
+
+    threads = torch.get_num_threads()
+    args = ["scheme=nope", *TINY, f"results_dir={tmp_path / 'results'}", "--no-progress"]
+    try:
+        assert invoke("train", *args, "train.threads=1").exit_code == 0
+        run = runs_of(tmp_path / "results")[0]
+        before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"}
+        r = invoke("train", *args, "train.threads=2")
+        assert r.exit_code == 0, r.output
+    finally:
+        torch.set_num_threads(threads)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
+    assert json.loads((run / "meta.json").read_text())["numerics"].endswith(", 1 threads")
