@@ -92,3 +92,61 @@ def test_the_report_is_the_same_bytes_from_two_processes(smoke_args, tmp_path):
     assert "comparison.md" in files and "loss_vs_position.png" in files
     assert files == sorted(f.name for f in outs[1].iterdir())
     assert all((outs[0] / f).read_bytes() == (outs[1] / f).read_bytes() for f in files)
+
+
+def test_sliding_strides_of_one_configuration_are_rows_of_their_own_labelled_S():
+    """One configuration evaluated with sliding strides S=32 and S=8: two rows (· S=32, · S=8), each its own numbers
+    and one seed, never a mean over the two strides."""
+    def row(n, S, ppl):
+        return {"run": "alibi-0", "scheme": "alibi", "L_train": 64, "L_eval": n, "mode": "sliding", "split": "validation",
+                "stride": min(S, n), "S": str(S), "ppl": ppl, "seed": 0, "status": "ok", "tokens_scored": 100}
+
+    df = pd.DataFrame([row(64, 32, 10.0), row(128, 32, 9.0), row(64, 8, 8.0), row(128, 8, 7.0)])
+    t = comparison(df, "sliding")
+    assert sorted(t.index.get_level_values(0)) == ["alibi · S=32", "alibi · S=8"]
+    assert t.loc[("alibi · S=32", 64), ["64", "128", "seeds"]].tolist() == [10.0, 9.0, 1]
+    assert t.loc[("alibi · S=8", 64), ["64", "128", "seeds"]].tolist() == [8.0, 7.0, 1]
+    one = comparison(df[df["S"] == "32"], "sliding")  # one stride only: nothing to tell apart, no label
+    assert list(one.index.get_level_values(0)) == ["alibi"]
+
+
+def _compared_rows(shift: float, windows_of_b: bool = True):
+    """Schemes A and B of one table group at L=64, 400 windows each on the same text: B = A + shift nats/token."""
+    import numpy as np
+
+    from pe_bench.report import Collected, window_key
+
+    rng = np.random.default_rng(0)
+    difficulty = rng.gamma(4.0, 0.5, 400)
+    tokens = np.full(400, 64.0)
+    rows, win = [], {}
+    for name, extra in (("A", 0.0), ("B", shift)):
+        nll = (difficulty + extra + rng.normal(0, 0.02, 400)) * tokens
+        r = {"run": f"{name}-0", "scheme": name, "label": name, "config": name, "group": "g", "L_train": 64,
+             "L_eval": 64, "mode": "nonoverlapping", "split": "validation", "stride": 64, "S": "", "budget": "25600",
+             "step": 10, "steps": 10, "precision": "fp32", "seed": 0, "status": "ok", "tokens_scored": 25600,
+             "ppl": float(np.exp(nll.sum() / tokens.sum())), "data": "d", "model": "m"}
+        rows.append(r)
+        if name == "A" or windows_of_b:
+            win[window_key(r["run"], r)] = (nll, tokens)
+    return Collected(pd.DataFrame(rows), win)
+
+
+def table_rows(md: str) -> dict[str, str]:
+    return {line.split(" | ")[0].lstrip("| "): line for line in md.splitlines() if line.startswith("| A") or
+            line.startswith("| B")}
+
+
+def test_comparison_md_puts_the_best_row_and_those_not_distinguishable_from_it_in_bold(tmp_path):
+    write_tables(_compared_rows(0.05), tmp_path / "gap", "t")
+    rows = table_rows((tmp_path / "gap" / "comparison.md").read_text())
+    assert "| **" in rows["A"] and "**" not in rows["B"]  # B is clearly worse: A alone is bold
+    write_tables(_compared_rows(0.0), tmp_path / "null", "t")
+    rows = table_rows((tmp_path / "null" / "comparison.md").read_text())
+    assert "| **" in rows["A"] and "| **" in rows["B"]  # not distinguishable: both bold
+
+
+def test_a_group_with_a_row_without_per_window_losses_gets_no_bold_marks(tmp_path):
+    write_tables(_compared_rows(0.05, windows_of_b=False), tmp_path, "t")
+    md = (tmp_path / "comparison.md").read_text()
+    assert set(table_rows(md)) == {"A", "B"} and "| **" not in md  # nothing is claimed
