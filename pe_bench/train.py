@@ -35,6 +35,31 @@ class Diverged(RuntimeError):
         self.step, self.what, self.value = step, what, value
 
 
+class Health:
+    """Loss and gradient norm of the steps not yet checked, kept on the device: one host sync per check."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, grad norm)
+
+    def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        self.pending.append((step, loss.detach(), grad_norm.detach()))
+
+    def forget_after(self, step: int) -> None:
+        """Drop the steps after ``step`` (an interrupted step's numbers: its update is not in the weights)."""
+        self.pending = [h for h in self.pending if h[0] <= step]
+
+    def check(self) -> None:
+        """Raise Diverged for the first pending step whose loss (checked first) or gradient norm is not finite."""
+        if not self.pending:
+            return
+        values = torch.stack([torch.stack([lo.float(), gn.float()]) for _, lo, gn in self.pending]).cpu()
+        bad = (~torch.isfinite(values)).nonzero()
+        if len(bad):
+            i, j = int(bad[0, 0]), int(bad[0, 1])
+            raise Diverged(self.pending[i][0], "loss" if j == 0 else "gradient norm", float(values[i, j]))
+        self.pending.clear()
+
+
 def checkpoint_identity(cfg: Config) -> str:
     """The hash of everything that defines the trained model (the run name's hash): stored in every checkpoint and
     checked whenever one is loaded, so a checkpoint is never evaluated or resumed as another run."""
@@ -187,22 +212,10 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
     t_start = t_log = time.perf_counter()
     elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
     completed = step  # optimizer steps whose update is in the weights
-    health: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (step, loss, grad norm) not yet checked
-
-    def check_finite() -> None:
-        """One host sync for the steps since the last check: the first non-finite loss or gradient norm stops
-        training before anything is logged or saved from it."""
-        if not health:
-            return
-        values = torch.stack([torch.stack([lo.float(), gn.float()]) for _, lo, gn in health]).cpu()
-        bad = (~torch.isfinite(values)).nonzero()
-        if len(bad):
-            i, j = int(bad[0, 0]), int(bad[0, 1])
-            raise Diverged(health[i][0], "loss" if j == 0 else "gradient norm", float(values[i, j]))
-        health.clear()
+    health = Health()
 
     def save(at: int) -> None:
-        check_finite()  # never save weights that a non-finite step produced
+        health.check()  # never save weights that a non-finite step produced
         if world.is_main:
             atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
                          "config": to_dict(cfg), "identity": checkpoint_identity(cfg),
@@ -236,11 +249,11 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
             completed = done = step + 1
             reduced = mean_across(world, total) if world.size > 1 else total  # the same value on every rank
             window_losses.append(reduced)
-            health.append((done, reduced.detach(), grad_norm.detach()))  # so every rank stops at the same step
+            health.add(done, reduced, grad_norm)  # so every rank stops at the same step
             shown.step(done, reduced, lr)
             is_last = done == tc.steps
             if done % tc.log_interval == 0 or is_last:
-                check_finite()
+                health.check()
                 window_losses = [float(v) for v in window_losses]  # the one host sync per log interval
                 now = time.perf_counter()
                 tps = len(window_losses) * tokens_per_step / max(now - t_log, 1e-9)
@@ -263,7 +276,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
     except (KeyboardInterrupt, StopRequested):
         # Ctrl-C or a signal: keep the work done so far; the same command resumes from here.
         window_losses = window_losses[: completed - int(history[-1]["step"] if history else 0)]
-        health[:] = [h for h in health if h[0] <= completed]
+        health.forget_after(completed)
         save(completed)
         raise
     finally:

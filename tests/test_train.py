@@ -201,3 +201,39 @@ def test_no_checkpoint_is_ever_written_with_nonfinite_weights(tmp_path, monkeypa
     meta = json.loads((run / "meta.json").read_text())
     assert (meta["status"], meta["diverged_step"], meta["diverged_what"]) == ("diverged", 4, "loss")
     assert meta["checkpoint_step"] == 2
+
+
+def _t(v: float) -> torch.Tensor:
+    return torch.tensor(v)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_health_names_the_first_nonfinite_step_and_the_loss_before_the_gradient_norm(bad):
+    h = train_mod.Health()
+    h.add(3, _t(2.0), _t(1.0))
+    h.add(4, _t(2.0), _t(bad))
+    h.add(5, _t(bad), _t(bad))
+    with pytest.raises(train_mod.Diverged) as e:
+        h.check()
+    assert (e.value.step, e.value.what) == (4, "gradient norm")
+    assert str(e.value.value) == str(bad)
+    h = train_mod.Health()
+    h.add(7, _t(bad), _t(bad))
+    with pytest.raises(train_mod.Diverged) as e:
+        h.check()
+    assert (e.value.step, e.value.what) == (7, "loss")
+    assert "step 7" in str(e.value) and "loss" in str(e.value)
+
+
+def test_health_forgets_checked_steps_and_the_steps_after_an_interruption():
+    h = train_mod.Health()
+    h.add(1, _t(1.0), _t(1.0))
+    h.check()  # finite: nothing pending afterwards
+    assert h.pending == []
+    h.check()  # nothing to check is no error
+    h.add(2, _t(1.0), _t(1.0))
+    h.add(3, _t(float("nan")), _t(1.0))  # a step whose update never reached the weights
+    h.forget_after(2)
+    assert [s for s, _, _ in h.pending] == [2]
+    h.check()
+    assert h.pending == []

@@ -1,0 +1,259 @@
+"""Mutation testing of the code whose numbers end up in a table, with mutmut (PyPI; not a pe-bench dependency).
+
+    .venv/bin/pip install "mutmut>=3.8,<4"
+    .venv/bin/python scripts/mutation.py                 # every group (about an hour on 2 cores)
+    .venv/bin/python scripts/mutation.py stats identity  # some groups
+    .venv/bin/python scripts/mutation.py --recheck stats # only the mutants that were not killed last time
+
+Each group names the source files (and, where only part of a file is in scope, the functions) to mutate and the fast
+tests that hold them. For each group the package, configs and tests are copied into build/mutation/<group>/ with a
+[tool.mutmut] section, mutmut runs there, and its verdicts are read back from mutants/*.meta. The report,
+results/mutation/README.md plus one JSON per group, counts per module: killed (a test failed, or the mutant ran past
+mutmut's CPU limit: an endless loop), survived, and equivalent — a survivor listed in scripts/mutation_equivalent.toml
+with the reason no test can tell it apart (keyed by function and the changed line, so a listing that no longer matches
+a mutant is reported as stale). Score = killed / (mutants − equivalent).
+
+Out of scope by construction (mutmut is told not to mutate these lines, DO_NOT_MUTATE): the text of error messages
+(the `raise` lines; a wrong message is not a wrong number) and logging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "build" / "mutation"
+OUT = ROOT / "results" / "mutation"
+EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.toml"
+DO_NOT_MUTATE = [r"^\s*raise ", r"^\s*(log|logger|warnings)\.", r"^\s*print\("]
+NOT_SLOW = ["-p", "no:cacheprovider", "-p", "no:randomly", "-m", "not slow and not slurm and not cuda"]
+KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or mutmut's CPU limit
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+
+@dataclass(frozen=True)
+class Group:
+    """Files (optionally only some of their functions) and the tests that must notice any change to them."""
+
+    name: str
+    files: tuple[str, ...]
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()  # mutant-name globs, e.g. "pe_bench.runs.x_identity__mutmut_*"; empty: all
+    pytest_args: tuple[str, ...] = ()
+
+
+SCHEME_TESTS = ("tests/test_schemes.py", "tests/test_reference_values.py", "tests/test_zoo_reference_values.py",
+                "tests/test_recent_schemes.py", "tests/test_rope_scaling.py", "tests/test_bias_mask.py")
+GROUPS = [
+    Group("stats", ("pe_bench/stats.py",), ("tests/test_stats.py",)),
+    Group("evaluate", ("pe_bench/evaluate.py",), ("tests/test_evaluate.py",)),
+    Group("identity", ("pe_bench/runs.py",), ("tests/test_identity.py",),
+          tuple(f"pe_bench.runs.x_{f}__mutmut_*" for f in ("identity", "_without_late_defaults", "_scheme_defaults",
+                                                          "digest", "run_name"))),
+    Group("guards", ("pe_bench/train.py",), ("tests/test_train.py", "tests/test_trust.py"),
+          ("pe_bench.train.x_check_checkpoint__mutmut_*", "pe_bench.train.x_checkpoint_identity__mutmut_*",
+           "pe_bench.train.xǁHealthǁ*", "pe_bench.train.xǁDivergedǁ*"),
+          ("-k", "diverg or finite or checkpoint or resum or refused or edited or other_data or crash")),
+    Group("markdown", ("pe_bench/markdown.py",), ("tests/test_report_readers.py", "tests/test_report.py")),
+    Group("report", ("pe_bench/report.py",), ("tests/test_report.py", "tests/test_report_readers.py",
+                                              "tests/test_trust.py"),
+          tuple(f"pe_bench.report.x_{f}__mutmut_*" for f in (
+              "_diverged_rows", "config_identity", "mixed_numerics", "_read_run", "_run_frame", "collect_all",
+              "read_windows", "window_key", "recomputed_ppl", "agrees", "check_against_windows", "_cell_windows",
+              "comparison", "row_names", "_cell_stats", "best_marks", "_paired", "compare", "_compared", "_mark"))),
+    Group("schemes", ("pe_bench/schemes/*.py",), SCHEME_TESTS),
+]
+
+
+def prepare(group: Group) -> Path:
+    """A fresh copy of the sources and tests with the group's mutmut settings; mutmut's cache kept if sources match."""
+    work = WORK / group.name
+    work.mkdir(parents=True, exist_ok=True)
+    for d in ("pe_bench", "configs", "tests"):
+        if (work / d).exists():
+            shutil.rmtree(work / d)
+        shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
+    settings = {
+        "source_paths": ["pe_bench"],
+        "only_mutate": list(group.files),
+        "do_not_mutate_patterns": DO_NOT_MUTATE,
+        "pytest_add_cli_args_test_selection": list(group.tests),
+        "pytest_add_cli_args": NOT_SLOW + list(group.pytest_args),
+        "process_isolation": "forkserver",  # torch is not fork-safe after the test collection
+        "use_git_change_detection": False,
+    }
+    text = (ROOT / "pyproject.toml").read_text() + "\n[tool.mutmut]\n" + "".join(
+        f"{k} = {json.dumps(v, ensure_ascii=False)}\n" for k, v in settings.items())
+    (work / "pyproject.toml").write_text(text)
+    return work
+
+
+def run_mutmut(group: Group, work: Path, names: list[str]) -> None:
+    """mutmut run in the group's directory; mutmut's own output goes to mutmut.log there."""
+    mutmut = Path(sys.executable).with_name("mutmut")
+    cmd = [str(mutmut), "run", "--max-children", "2", *names]
+    with open(work / "mutmut.log", "w") as log:
+        rc = subprocess.run(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc:
+        sys.exit(f"mutmut failed for group {group.name} (exit {rc}): see {work / 'mutmut.log'}")
+
+
+def verdicts(work: Path, group: Group) -> dict[str, int | None]:
+    """mutant name → mutmut's exit code, for the group's files and functions."""
+    out: dict[str, int | None] = {}
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        src = str(meta.relative_to(work / "mutants"))[: -len(".meta")]
+        if not any(Path(src).match(f) for f in group.files):
+            continue
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            if not group.functions or any(re.fullmatch(_glob(f), name) for f in group.functions):
+                out[name] = code
+    return out
+
+
+def _glob(pattern: str) -> str:
+    return re.escape(pattern).replace(r"\*", ".*")
+
+
+def mutant_diffs(work: Path, names: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """mutant name → (function, the changed lines '-old' / '+new'), read from mutmut's trampolined sources."""
+    wanted, out = set(names), {}
+    for path in (work / "mutants" / "pe_bench").rglob("*.py"):
+        module = ".".join(path.relative_to(work / "mutants").with_suffix("").parts)
+        src = path.read_text()
+        defs = {n.name: n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        for fname, node in defs.items():
+            full = f"{module}.{fname}"
+            if full not in wanted:
+                continue
+            base = fname.rsplit("__mutmut_", 1)[0]
+            orig = defs.get(base + "__mutmut_orig")
+            a = ast.get_source_segment(src, orig).splitlines() if orig else []
+            b = ast.get_source_segment(src, node).splitlines()
+            changed = [line for line in difflib.unified_diff(a[1:], b[1:], lineterm="", n=0)
+                       if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+            function = base.removeprefix("x_").replace("ǁ", ".").strip(".")
+            out[full] = (f"{module}.{function}", [re.sub(r"\s+", " ", c).strip() for c in changed])
+    return out
+
+
+def load_equivalent() -> list[dict]:
+    """[[mutant]] entries: function, change (the '+' line), reason."""
+    if not EQUIVALENT.exists():
+        return []
+    return tomllib.loads(EQUIVALENT.read_text()).get("mutant", [])
+
+
+def summarize(group: Group, work: Path, seconds: float) -> dict:
+    """Counts per module and every survivor with its change (equivalent ones with their reason)."""
+    codes = verdicts(work, group)
+    survivors = [n for n, c in codes.items() if c not in KILLED]
+    diffs = mutant_diffs(work, survivors)
+    equivalent = load_equivalent()
+    used: set[int] = set()
+    modules: dict[str, dict] = {}
+    listed = []
+    for name, code in sorted(codes.items(), key=lambda kv: _natural(kv[0])):
+        module = name.split(".x")[0]
+        m = modules.setdefault(module, {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "no_tests": 0,
+                                        "not_run": 0})
+        m["mutants"] += 1
+        if code in KILLED:
+            m["killed"] += 1
+            continue
+        function, change = diffs.get(name, ("?", []))
+        plus = next((c[1:].strip() for c in change if c.startswith("+")), "")
+        reason = None
+        for i, e in enumerate(equivalent):
+            if e["function"] == function and e["change"].strip() == plus:
+                reason, _ = e["reason"], used.add(i)
+                break
+        status = ("equivalent" if reason and code in SURVIVED else "no_tests" if code in NO_TESTS
+                  else "not_run" if code is None else "survived")
+        m[status] += 1
+        listed.append({"mutant": name, "function": function, "change": change, "status": status, "exit": code,
+                       **({"reason": reason} if reason else {})})
+    for m in modules.values():
+        m["score"] = round(m["killed"] / max(1, m["mutants"] - m["equivalent"]), 4)
+    stale = [e for i, e in enumerate(equivalent) if i not in used and any(
+        e["function"].startswith(mod + ".") for mod in modules)]
+    return {"group": group.name, "files": group.files, "functions": group.functions, "tests": group.tests,
+            "pytest_args": NOT_SLOW + list(group.pytest_args), "seconds": round(seconds), "modules": modules,
+            "not_killed": listed, "stale_equivalents": stale}
+
+
+def _natural(name: str) -> tuple:
+    head, _, n = name.rpartition("__mutmut_")
+    return (head, int(n) if n.isdigit() else -1)
+
+
+def write_readme() -> None:
+    """results/mutation/README.md from every group's JSON: the table per module, then what was not killed."""
+    groups = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
+    import mutmut
+
+    lines = ["# Mutation testing", "",
+             f"Written by `scripts/mutation.py` (mutmut {getattr(mutmut, '__version__', '?')}); each group's tests "
+             "are listed in its JSON. killed: a test failed (or the mutant ran past mutmut's CPU limit); "
+             "equivalent: no test can tell it apart (reason in scripts/mutation_equivalent.toml); "
+             "score = killed / (mutants − equivalent). Error-message text and logging are not mutated.", "",
+             "| group | module | mutants | killed | survived | equivalent | no tests | score |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for g in groups:
+        for mod, m in sorted(g["modules"].items()):
+            lines.append(f"| {g['group']} | `{mod}` | {m['mutants']} | {m['killed']} | {m['survived']} | "
+                         f"{m['equivalent']} | {m['no_tests']} | {100 * m['score']:.1f} % |")
+    for g in groups:
+        rest = [x for x in g["not_killed"] if x["status"] != "equivalent"]
+        eq = [x for x in g["not_killed"] if x["status"] == "equivalent"]
+        lines += ["", f"## {g['group']}: {len(rest)} not killed, {len(eq)} equivalent ({g['seconds']} s)", ""]
+        lines += [f"- {x['status']}: `{x['function']}`: " + " → ".join(f"`{c}`" for c in x["change"]) for x in rest]
+        lines += [f"- equivalent: `{x['function']}`: " + " → ".join(f"`{c}`" for c in x["change"])
+                  + f" — {x['reason']}" for x in eq]
+        lines += [f"- stale equivalence listing (matches no mutant): `{e['function']}` `{e['change']}`"
+                  for e in g["stale_equivalents"]]
+    (OUT / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("groups", nargs="*", help=f"some of: {', '.join(g.name for g in GROUPS)} (default: all)")
+    p.add_argument("--recheck", action="store_true", help="run again only the mutants not killed last time")
+    args = p.parse_args()
+    by_name = {g.name: g for g in GROUPS}
+    unknown = [g for g in args.groups if g not in by_name]
+    if unknown:
+        sys.exit(f"unknown group {unknown[0]!r}: pick from {', '.join(by_name)}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    for group in [by_name[g] for g in args.groups] or GROUPS:
+        work = prepare(group)
+        names = list(group.functions)
+        if args.recheck:
+            names = [n for n, c in verdicts(work, group).items() if c not in KILLED]
+            if not names:
+                print(f"{group.name}: nothing left to recheck")
+                continue
+        t0 = time.perf_counter()
+        run_mutmut(group, work, names)
+        summary = summarize(group, work, time.perf_counter() - t0)
+        (OUT / f"{group.name}.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+        for mod, m in summary["modules"].items():
+            print(f"{group.name:9} {mod:32} {m['killed']:4}/{m['mutants'] - m['equivalent']:<4} killed "
+                  f"({100 * m['score']:.1f} %), {m['survived']} survived, {m['equivalent']} equivalent")
+        write_readme()
+
+
+if __name__ == "__main__":
+    main()
