@@ -11,6 +11,7 @@ import pandas as pd
 ARGS = ["scheme=rope", "train=smoke", "eval=smoke", "model.n_layers=2", "model.d_model=64", "train.steps=20",
         "train.grad_accum=2", "--no-progress"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+SAFETY_S = 400  # per command; two of them stay inside pytest-timeout's 900 s for the test
 
 
 def bounded(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -19,11 +20,11 @@ def bounded(cmd: list[str]) -> subprocess.CompletedProcess:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                          start_new_session=True)
     try:
-        out, err = p.communicate(timeout=900)
+        out, err = p.communicate(timeout=SAFETY_S)
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise AssertionError(f"{' '.join(cmd)} still running after 900 s:\n{err[-2000:]}") from None
+        raise AssertionError(f"{' '.join(cmd)} still running after {SAFETY_S} s:\n{err[-2000:]}") from None
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 

@@ -4,9 +4,12 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pe_bench.stats import (BOOTSTRAP_METHOD, T_METHOD, Interval, bootstrap_ppl_interval, normal_quantile,
-                            paired_difference, ppl, ppl_interval, seed_interval, t_quantile)
+from pe_bench import stats as stats_mod
+from pe_bench.stats import (BOOTSTRAP_METHOD, T_METHOD, Interval, _t_central, bootstrap_ppl_interval,
+                            normal_quantile, paired_difference, ppl, ppl_interval, seed_interval, t_quantile)
 
 TRUE_LOSS = 3.0  # nats per token: the windows' population perplexity is e³
 
@@ -185,3 +188,141 @@ def test_the_paired_bootstrap_interval_is_the_95_percent_one_of_a_known_distribu
     for end, q in ((p.interval.lo, 0.025), (p.interval.hi, 0.975)):
         k = math.log(end + 1.0) * N_BERNOULLI
         assert abs(k - _binomial_quantile(N_BERNOULLI, q)) <= 1.5, (end, q)
+
+
+# The Student-t distribution, computed independently of pe_bench: closed forms for df 1–4 and the density integrated by
+# Simpson's rule (its error is far below the tolerances used).
+def _t_cdf_closed(t: float, df: int) -> float:
+    """P(T < t) for df = 1..4 (the textbook closed forms)."""
+    if df == 1:
+        return 0.5 + math.atan(t) / math.pi
+    if df == 2:
+        return 0.5 + t / (2 * math.sqrt(2 + t * t))
+    if df == 3:
+        u = t / math.sqrt(3)
+        return 0.5 + (u / (1 + u * u) + math.atan(u)) / math.pi
+    x = t * t / 4
+    return 0.5 + 3 / 8 * t / math.sqrt(1 + x) * (1 - x / (3 * (1 + x)))
+
+
+def _t_central_integrated(t: float, df: int, panels: int = 4000) -> float:
+    """P(|T| < t) = 2 ∫₀ᵗ f(x) dx, f the t density, by composite Simpson."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    x = np.linspace(0.0, t, panels + 1)
+    f = np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
+    w = np.ones(panels + 1)
+    w[1:-1:2], w[2:-1:2] = 4, 2
+    return float(2 * (t / panels) / 3 * (w * f).sum())
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4])
+def test_the_t_distribution_function_matches_the_closed_forms(df):
+    for t in (0.1, 0.7, 1.0, 2.5, 9.0, 40.0):
+        assert _t_central(t, df) == pytest.approx(2 * _t_cdf_closed(t, df) - 1, abs=1e-13), (t, df)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(df=st.integers(1, 300), t=st.floats(0.01, 12.0))
+def test_the_t_distribution_function_is_the_integrated_density(df, t):
+    assert _t_central(t, df) == pytest.approx(_t_central_integrated(t, df), abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(df=st.integers(1, 2000), q=st.floats(0.0005, 0.9995))
+def test_t_quantile_inverts_the_t_distribution_at_every_df_and_level(df, q):
+    """Below the table and the closed forms it is found by bisection (df ≤ 200) or Cornish-Fisher (df > 200); both
+    must give the t whose central probability is |2q − 1|, with the sign of q − ½."""
+    t = t_quantile(df, q)
+    assert math.copysign(1.0, t) == math.copysign(1.0, q - 0.5) or t == 0.0
+    assert _t_central(abs(t), df) == pytest.approx(abs(2 * q - 1), abs=2e-12)
+    assert t_quantile(df, 1 - q) == -t
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 31, 150, 201, 5000])
+def test_the_median_of_every_t_distribution_is_exactly_zero(df):
+    assert t_quantile(df, 0.5) == 0.0
+
+
+def test_t_quantiles_of_reference_tables():
+    """Values from standard tables (NIST/SEMATECH e-Handbook 1.3.6.7.2), beyond the built-in 0.975 table."""
+    for df, q, want in ((1, 0.995, 63.657), (2, 0.995, 9.925), (3, 0.9, 1.638), (4, 0.95, 2.132),
+                        (31, 0.975, 2.040), (60, 0.99, 2.390), (100, 0.9, 1.290), (201, 0.975, 1.972),
+                        (1000, 0.975, 1.962), (2, 0.6, 0.289), (8, 0.75, 0.706)):
+        assert t_quantile(df, q) == pytest.approx(want, abs=1e-3), (df, q)
+    assert t_quantile(1, 0.995) == pytest.approx(math.tan(math.pi * 0.495), rel=1e-14)
+    assert t_quantile(2, 0.995) == pytest.approx(0.99 / math.sqrt(2 * 0.995 * 0.005), rel=1e-14)
+    assert t_quantile(30) == 2.042272456 and t_quantile(1) == 12.706204736  # the table itself
+
+
+@pytest.mark.parametrize("level", [0.5, 0.8, 0.9, 0.99])
+def test_every_interval_is_at_the_level_asked_for(level):
+    v = [3.0, 5.0, 4.0, 6.5]
+    iv = seed_interval(v, level)
+    half = t_quantile(3, (1 + level) / 2) * float(np.std(v, ddof=1)) / 2
+    assert (iv.lo, iv.hi) == pytest.approx((np.mean(v) - half, np.mean(v) + half), rel=1e-12)
+    nll, tok = windows(np.random.default_rng(4), 30)
+    per_seed = [(nll, tok), (nll * 1.1, tok)]
+    assert ppl_interval(per_seed, level) == seed_interval([ppl(*s) for s in per_seed], level)
+    assert ppl_interval(per_seed[:1], level, n_boot=300, seed=5) == bootstrap_ppl_interval(nll, tok, level, 300, 5)
+    p = paired_difference({0: per_seed[0], 1: per_seed[1]}, {0: (nll * 0.9, tok), 1: (nll, tok)}, level)
+    assert p.interval == seed_interval([ppl(*per_seed[0]) - ppl(nll * 0.9, tok), ppl(*per_seed[1]) - ppl(nll, tok)],
+                                       level)
+
+
+def _independent_resamples(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """The window indices of each resample: n draws with replacement per resample from NumPy's default generator."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def test_bootstrap_endpoints_are_the_percentiles_of_the_resampled_perplexities():
+    nll, tok = windows(np.random.default_rng(2), 7)
+    idx = _independent_resamples(7, 2000, 0)  # the defaults: 2000 resamples, seed 0
+    want = np.quantile(np.exp(nll[idx].sum(1) / tok[idx].sum(1)), [0.025, 0.975])
+    iv = bootstrap_ppl_interval(nll, tok)
+    assert (iv.lo, iv.hi) == pytest.approx(tuple(want), rel=1e-12)
+    assert iv.n == 7 and iv.method == BOOTSTRAP_METHOD
+    idx = _independent_resamples(7, 500, 9)
+    want = np.quantile(np.exp(nll[idx].sum(1) / tok[idx].sum(1)), [0.05, 0.95])
+    iv = bootstrap_ppl_interval(nll, tok, level=0.9, n_boot=500, seed=9)
+    assert (iv.lo, iv.hi) == pytest.approx(tuple(want), rel=1e-12)
+
+
+def test_paired_bootstrap_endpoints_are_the_percentiles_of_the_same_resampled_windows():
+    nll, tok = windows(np.random.default_rng(3), 9)
+    nll_b = nll * np.random.default_rng(4).uniform(0.8, 1.2, size=9)
+    idx = _independent_resamples(9, 2000, 0)
+    d = np.exp(nll[idx].sum(1) / tok[idx].sum(1)) - np.exp(nll_b[idx].sum(1) / tok[idx].sum(1))
+    p = paired_difference({3: (nll, tok)}, {3: (nll_b, tok)})
+    assert (p.interval.lo, p.interval.hi) == pytest.approx(tuple(np.quantile(d, [0.025, 0.975])), rel=1e-12)
+    assert p.diff == pytest.approx(ppl(nll, tok) - ppl(nll_b, tok), rel=1e-12)
+    assert p.ratio == pytest.approx(ppl(nll, tok) / ppl(nll_b, tok), rel=1e-12)
+
+
+def test_chunking_the_resamples_never_changes_the_interval(monkeypatch):
+    """Resamples are drawn in chunks of at most MAX_DRAWS indices; the chunk size must not change any number."""
+    nll, tok = windows(np.random.default_rng(5), 12)
+    whole = bootstrap_ppl_interval(nll, tok, n_boot=101, seed=1)
+    for draws in (12, 30, 12 * 100):  # one resample per chunk, two, and a last chunk that is shorter
+        monkeypatch.setattr(stats_mod, "MAX_DRAWS", draws)
+        assert bootstrap_ppl_interval(nll, tok, n_boot=101, seed=1) == whole
+
+
+def test_the_inputs_each_statistic_accepts_and_refuses():
+    assert ppl([2.0], [1]) == pytest.approx(math.exp(2.0))  # one window is enough
+    assert ppl([2.0, 0.0], [1, 0]) == pytest.approx(math.exp(2.0))  # a window with no scored token is allowed
+    assert bootstrap_ppl_interval([2.0, 1.0], [1, 1], n_boot=1).method == BOOTSTRAP_METHOD  # one resample is enough
+    for nll, tok in (([1.0, 1.0], [1, -1]), ([1.0], [0]), ([], []), ([1.0, 2.0], [1])):
+        with pytest.raises(ValueError):
+            ppl(nll, tok)
+    with pytest.raises(ValueError):
+        bootstrap_ppl_interval([2.0, 1.0], [1, 1], n_boot=0)
+    for level in (0.0, 1.0, -0.5, 1.5):
+        with pytest.raises(ValueError):
+            seed_interval([1.0, 2.0], level)
+        with pytest.raises(ValueError):
+            bootstrap_ppl_interval([2.0, 1.0], [1, 1], level)
+    assert seed_interval([1, 2, 3]) == seed_interval([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError):
+        seed_interval([1.0, float("nan")])
+    with pytest.raises(ValueError):
+        ppl_interval([])
