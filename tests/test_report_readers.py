@@ -255,3 +255,119 @@ def test_a_report_that_fails_half_way_leaves_the_previous_one_whole(tmp_path, mo
     with pytest.raises(OSError):
         report.write_report(rows.assign(ppl=rows["ppl"] + 1), pd.DataFrame(), out, "after", plots=False)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder left either
+
+
+def test_eval_long_csv_has_each_rows_configuration_hash_and_label(results):
+    from pe_bench.runs import digest, identity
+
+    r = invoke("report", results, "--out", results.parent / "rep", "--no-plots")
+    assert r.exit_code == 0, r.output
+    long = pd.read_csv(results.parent / "rep" / "eval_long.csv", dtype=str, keep_default_na=False)
+    assert {"config", "label"} <= set(long.columns)
+    for name in ("rope", "alibi"):
+        run = Run(run_named(results, name))
+        rows = long[long["run"] == run.path.name]
+        assert len(rows) and set(rows["config"]) == {digest(identity(run.load_config(), seed=False))}
+    table = pd.read_csv(results.parent / "rep" / "comparison.csv")
+    assert set(long["label"]) == set(table["scheme"])  # the long rows name the table rows they make
+
+
+@pytest.mark.parametrize("column, value, says", [("status", "weird", "has status 'weird', not one of"),
+                                                 ("L_eval", "thirty-two", "holds a value that is not a number"),
+                                                 ("ppl", "lots", "holds a value that is not a number")])
+def test_an_eval_csv_with_a_bad_status_or_number_leaves_its_run_out_in_one_line(results, column, value, says):
+    rope = run_named(results, "rope")
+    ev = pd.read_csv(rope / "eval.csv", dtype=str, keep_default_na=False)
+    ev.loc[2, column] = value
+    ev.to_csv(rope / "eval.csv", index=False)
+    meta = json.loads((rope / "meta.json").read_text())
+    del meta["eval_csv_sha256"]  # a file from elsewhere: the file itself is checked
+    (rope / "meta.json").write_text(json.dumps(meta))
+    col = collect_all([Run(rope), Run(run_named(results, "alibi"))])
+    assert len(col.left_out) == 1 and f"{rope / 'eval.csv'} line 4 " in col.left_out[0] and says in col.left_out[0]
+    assert "rope" not in set(col.df["scheme"]) and "alibi" in set(col.df["scheme"])
+
+
+def test_windows_that_do_not_add_up_to_the_tokens_they_scored_leave_their_run_out(results):
+    rope = run_named(results, "rope")
+    w = pd.read_csv(rope / "windows.csv", dtype=str, keep_default_na=False)
+    w.loc[0, "tokens"] = str(int(w.loc[0, "tokens"]) - 1)  # one window says it scored a token less
+    w.to_csv(rope / "windows.csv", index=False)
+    col = collect_all([Run(rope), Run(run_named(results, "alibi"))])
+    assert len(col.left_out) == 1 and "windows.csv: the windows of rope at 32 tokens (nonoverlapping) add up to " \
+        "2047 tokens, not the 2048 they say they scored" in col.left_out[0]
+    assert "rope" not in set(col.df["scheme"])
+
+
+@pytest.mark.parametrize("name, garbage", [("meta.json", '{"status": "do'), ("config.yaml", "model: [1, 2\n  x: {")])
+def test_an_unreadable_meta_json_or_config_yaml_leaves_its_run_out_of_the_report_by_name(results, name, garbage):
+    rope = run_named(results, "rope")
+    (rope / name).write_text(garbage)
+    r = invoke("report", results, "--out", results.parent / "rep", "--no-plots")
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert f"left out: {rope / name} is unreadable" in out and "1 run directories left out" in out
+    assert set(pd.read_csv(results.parent / "rep" / "comparison.csv")["scheme"]) == {"alibi"}
+
+
+def test_an_unfinished_runs_rows_are_left_out_unless_they_come_from_eval_partial(results):
+    """eval.csv rows of the final step in a run whose status says it is not finished (stopped while training on,
+    or rows copied in): the report leaves the run out by name; the rows of `eval --partial` would say their step."""
+    rope = run_named(results, "rope")
+    meta = json.loads((rope / "meta.json").read_text())
+    (rope / "meta.json").write_text(json.dumps({**meta, "status": "interrupted"}))
+    col = collect_all([Run(rope), Run(run_named(results, "alibi"))])
+    assert len(col.left_out) == 1 and f"{rope} is not finished (status interrupted)" in col.left_out[0]
+    assert "rope" not in set(col.df["scheme"])
+
+
+def test_a_report_on_a_full_disk_is_one_line_exit_1_and_the_previous_report_stands(results, monkeypatch):
+    import errno
+
+    from pe_bench import report
+
+    out = results.parent / "rep"
+    assert invoke("report", results, "--out", out, "--no-plots").exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "write_tables", disk_full)  # eval_long.csv is staged, then the disk is full
+    r = invoke("report", results, "--out", out, "--no-plots")
+    assert r.exit_code == 1, r.output
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "free some space" in errors[0]
+    assert "Traceback" not in r.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the previous report, whole
+
+
+def compare_rows(output: str) -> list[list[str]]:
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│ ")]
+
+
+def test_compare_on_the_command_line_names_the_seeds_it_left_out_and_the_lengths_it_could_not_compare(results):
+    """alibi with seeds 0 and 1, rope with seed 0: `report --compare alibi rope` pairs seed 0 (a paired bootstrap
+    over the same windows) and names seed 1 as left out on every line; a length whose per-window losses are gone is
+    one `not compared:` line saying so."""
+    train(results, "scheme=alibi", "seed=1")
+    r = invoke("report", results, "--compare", "alibi", "rope", "--mode", "nonoverlapping")
+    assert r.exit_code == 0, r.output
+    header = next(line for line in r.output.splitlines() if line.startswith("┃"))
+    cols = [c.strip() for c in header.split("┃")[1:-1]]
+    assert cols == ["mode", "config", "L", "L_eval", "ppl alibi", "ppl rope", "difference", "95% interval", "method",
+                    "excludes 0", "verdict", "seeds left out"]
+    rows = compare_rows(r.output)
+    assert [int(row[3]) for row in rows] == [32, 64, 128, 256]
+    for row in rows:  # seed 0 paired over the 2048 tokens scored at each length; seed 1 named on every line
+        assert row[-1] == "1" and row[8] == f"paired bootstrap, {2048 // int(row[3])} windows", row
+        assert row[9] in ("yes", "no") and row[7].startswith("[")
+    assert "not compared" not in r.output
+    rope = run_named(results, "rope")
+    w = pd.read_csv(rope / "windows.csv", dtype=str, keep_default_na=False)
+    w[~((w["L_eval"] == "64") & (w["mode"] == "nonoverlapping"))].to_csv(rope / "windows.csv", index=False)
+    r = invoke("report", results, "--compare", "alibi", "rope", "--mode", "nonoverlapping")
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "not compared: alibi vs rope (-) at nonoverlapping 64: no per-window losses" in out
+    assert [int(row[3]) for row in compare_rows(r.output)] == [32, 128, 256]
