@@ -97,9 +97,11 @@ def test_the_report_is_the_same_bytes_from_two_processes(smoke_args, tmp_path):
 def test_sliding_strides_of_one_configuration_are_rows_of_their_own_labelled_S():
     """One configuration evaluated with sliding strides S=32 and S=8: two rows (· S=32, · S=8), each its own numbers
     and one seed, never a mean over the two strides."""
+
     def row(n, S, ppl):
-        return {"run": "alibi-0", "scheme": "alibi", "L_train": 64, "L_eval": n, "mode": "sliding", "split": "validation",
-                "stride": min(S, n), "S": str(S), "ppl": ppl, "seed": 0, "status": "ok", "tokens_scored": 100}
+        return {"run": "alibi-0", "scheme": "alibi", "L_train": 64, "L_eval": n, "mode": "sliding",
+                "split": "validation", "stride": min(S, n), "S": str(S), "ppl": ppl, "seed": 0, "status": "ok",
+                "tokens_scored": 100}
 
     df = pd.DataFrame([row(64, 32, 10.0), row(128, 32, 9.0), row(64, 8, 8.0), row(128, 8, 7.0)])
     t = comparison(df, "sliding")
