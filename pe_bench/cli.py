@@ -75,7 +75,7 @@ class OneLineErrors(TyperGroup):
         except click_errors.ClickException as e:
             error(" ".join(e.format_message().split()))
             sys.exit(e.exit_code)
-        except click_errors.Abort:
+        except typer.Abort:  # typer's own class (its copy of click has none in click_errors)
             warn("aborted")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)

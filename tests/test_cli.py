@@ -1,5 +1,6 @@
 """The command line as a user meets it: train, eval, sweep, schemes, and one-line errors with exit code 2."""
 
+import shutil
 import subprocess
 import sys
 
@@ -99,6 +100,9 @@ def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
     assert set(table["scheme"]) == {"nope", "alibi"} and set(table["mode"]) == {"nonoverlapping", "sliding"}
     assert {"32", "64", "128", "256", "longest/L", "seeds"} <= set(table.columns)
     assert "| alibi | 32 |" in (tmp_path / "results" / "default" / "comparison.md").read_text()
+    assert {p.name for p in (tmp_path / "results" / "default").iterdir()} == {  # the report, in <results_dir>/<name>
+        "comparison.csv", "comparison.md", "eval_long.csv", "ppl_vs_length_nonoverlapping.png",
+        "ppl_vs_length_sliding.png", "loss_vs_position.png"}
     alibi_run = next((tmp_path / "results" / "runs").glob("alibi-*"))
     assert invoke("eval", str(alibi_run), "eval.lengths=[512]", "eval.variants=false").exit_code == 0
     again = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")
@@ -256,3 +260,106 @@ def test_sigterm_stops_an_evaluation_within_its_length(trained_run, tmp_path):
     assert rc == 3, out
     assert "L=256 sliding: ppl" not in out and "stopped" in out, out
     assert (trained_run / "eval.csv").read_bytes() == before
+
+
+def test_an_unexpected_error_is_one_line_exit_1_and_PE_BENCH_DEBUG_shows_its_traceback(monkeypatch, tmp_path):
+    from pe_bench import cli
+
+    def crash(paths):
+        raise RuntimeError("something unexpected")
+
+    monkeypatch.setattr(cli, "_find_runs", crash)
+    monkeypatch.delenv("PE_BENCH_DEBUG", raising=False)
+    r = runner.invoke(app, ["report", str(tmp_path)])
+    assert r.exit_code == 1
+    assert r.output.strip() == "error: RuntimeError: something unexpected (PE_BENCH_DEBUG=1 shows the traceback)"
+    monkeypatch.setenv("PE_BENCH_DEBUG", "1")
+    r = runner.invoke(app, ["report", str(tmp_path)])
+    assert isinstance(r.exception, RuntimeError) and str(r.exception) == "something unexpected"  # raised whole
+    assert r.exc_info[2] is not None
+
+
+def test_ctrl_c_during_training_saves_the_last_completed_step_and_exits_130(tmp_path, monkeypatch):
+    from pe_bench import train as train_mod
+
+    real, calls = train_mod.random_batch, {"n": 0}
+
+    def ctrl_c_in_step_3(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "random_batch", ctrl_c_in_step_3)
+    r = runner.invoke(app, ["train", "scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1",
+                            "model.d_model=32", f"results_dir={tmp_path}", "--no-progress"])
+    assert r.exit_code == 130, r.output
+    assert "interrupted: run the same command again to resume from the last checkpoint" in r.output
+    run = only_run(tmp_path)
+    meta = pd.read_json(run / "meta.json", typ="series")
+    assert meta["status"] == "interrupted" and meta["checkpoint_step"] == 2
+    import torch
+
+    assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == 2
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1"])
+def test_a_signal_during_training_saves_a_checkpoint_at_the_last_completed_step_and_exits_3(tmp_path, signame):
+    """`pe-bench train` signalled once it has logged a step (train.csv written): it stops at the next step boundary,
+    saves a checkpoint there (no periodic ones: train.ckpt_interval=0), records 'interrupted' and exits 3. The
+    timeouts are only a safety net; the signal is sent on what the run reports."""
+    import json
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "pe_bench", "train", "scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1",
+           "model.d_model=32", "train.steps=1000000000", "train.log_interval=1", "train.val_interval=1000000000",
+           "train.ckpt_interval=0", "train.threads=1", f"results_dir={tmp_path}", "--no-progress"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob("runs/*/train.csv")):
+            assert p.poll() is None, p.stdout.read()
+            assert time.monotonic() < deadline, "no step logged in 300 s"
+            time.sleep(0.05)
+        p.send_signal(getattr(signal, signame))
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 3, out
+    assert "(on a signal); run the same command again to resume" in " ".join(out.split())
+    run = only_run(tmp_path)
+    meta = json.loads((run / "meta.json").read_text())
+    logged = pd.read_csv(run / "train.csv")["step"].tolist()
+    import torch
+
+    step = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
+    assert meta["status"] == "interrupted" and meta["checkpoint_step"] == step == logged[-1] >= 1
+
+
+@pytest.mark.parametrize("name, garbage", [("meta.json", b'{"status": "do'), ("config.yaml", b"model: [1, 2\n  x: {"),
+                                           ("checkpoint.pt", b"PK\x03\x04 not a checkpoint")])
+@pytest.mark.parametrize("command", ["eval", "train"])
+def test_an_unreadable_run_file_is_one_line_exit_2_for_eval_as_for_train(trained_run, tmp_path, command, name,
+                                                                          garbage):
+    """meta.json, config.yaml or checkpoint.pt unreadable: `pe-bench eval` of the run, and `pe-bench train` of its
+    configuration (asked for a new length, so the checkpoint is needed), are one error line naming the file, exit 2,
+    and touch nothing."""
+    run = tmp_path / "results" / "runs" / trained_run.name
+    shutil.copytree(trained_run, run)
+    (run / name).write_bytes(garbage)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    if command == "eval":
+        r = runner.invoke(app, ["eval", str(run), "eval.lengths=[40]"])
+    else:
+        r = runner.invoke(app, ["train", "scheme=alibi", "train=smoke", "train.steps=3", "model.n_layers=2",
+                                "model.d_model=32", "model.n_heads=2", "train.threads=1", "eval.lengths=[40]",
+                                "eval.modes=[nonoverlapping]", "eval.variants=false",
+                                f"results_dir={tmp_path / 'results'}", "--no-progress"])
+    assert r.exit_code == 2, r.output
+    out = " ".join(r.output.split())
+    assert out.startswith("error: ") and f"{run / name} is unreadable" in out, out
+    assert r.output.strip().count("\n") == 0, r.output
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
