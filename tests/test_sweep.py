@@ -293,3 +293,78 @@ def test_a_stop_request_during_evaluation_leaves_the_run_to_be_evaluated_again(t
     finally:
         clear_stop()
     assert (run.path / "eval.csv").read_text() == before  # nothing half-written
+
+
+def test_the_main_job_and_the_default_sweep_train_with_the_quick_recipe_and_its_pinned_threads():
+    """`sweep=paper` is the paper's six schemes × seed 0; it and the default sweep train every point with the quick
+    recipe at L = 64, whose train.threads is pinned at 2 (the same numbers on any machine with the same torch and
+    instruction set) and which checkpoints every 250 steps."""
+    paper = [compose(p) for p in expand(load_sweep("paper"), [])]
+    assert [c.scheme["name"] for c in paper] == ["nope", "sinusoidal", "learned", "rope", "alibi", "t5"]
+    assert {c.seed for c in paper} == {0}
+    for c in paper + [compose(p) for p in expand(load_sweep("default"), [])]:
+        assert (c.train.name, c.train.seq_len, c.train.threads, c.train.ckpt_interval) == ("quick", 64, 2, 250)
+
+
+def test_the_paper_and_default_sweeps_share_their_seed_0_runs(tmp_path):
+    """A point's run directory is named by what changes the trained model, whichever sweep produced it."""
+    def dirs(name):
+        return {run_dir_for(compose(p)) for p in expand(load_sweep(name), [f"results_dir={tmp_path}"])}
+
+    paper, default = dirs("paper"), dirs("default")
+    assert len(paper) == 6 and paper <= default
+
+
+def test_train_threads_null_leaves_torch_its_default_thread_count(tmp_path):
+    """train.threads=null uses every core torch sees: the run records the thread count a fresh torch process
+    starts with on this machine (computed here, not assumed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True,
+                           text=True, env=env, check=True, timeout=600).stdout.strip()
+    p = subprocess.run([sys.executable, "-m", "pe_bench", "train", "scheme=nope", "train=smoke", "train.steps=2",
+                        "eval=smoke", "eval.lengths=[32]", "eval.modes=[nonoverlapping]", "eval.variants=false",
+                        "model.n_layers=1", "model.d_model=32", "train.threads=null", f"results_dir={tmp_path}",
+                        "--no-progress"], capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    assert meta(run)["numerics"].endswith(f", {fresh} threads"), (meta(run)["numerics"], fresh)
+
+
+def test_a_point_whose_evaluation_split_is_too_short_stops_the_sweep_before_any_training(tmp_path, monkeypatch):
+    """Every point's evaluation split is checked first (each corpus loaded once for all its points): L = 128 needs
+    4 windows of 8L = 1024 tokens, more than the 3 KB validation split, so nothing trains, not even the L = 16
+    point."""
+    from pe_bench import data
+
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("a short corpus line\n" * 3000)
+    loads, real = [], data.load_tokens
+
+    def counted(*args, **kwargs):
+        loads.append(args[0].path)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(data, "load_tokens", counted)
+    r = invoke("sweep", *SMOKE, "scheme=nope", "seed=0", "data=local", f"data.path={corpus}",
+               "train.seq_len=16,128", f"results_dir={tmp_path / 'results'}", "--no-progress")
+    assert r.exit_code == 2, r.output
+    assert "the evaluation split has" in r.output and "shorter eval.lengths" in r.output
+    assert loads == [str(corpus)]
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_a_run_directory_with_an_unreadable_config_yaml_is_left_alone_and_counted_failed(tmp_path):
+    cfg = smoke_point("scheme=nope", "seed=0", f"results_dir={tmp_path}")
+    run = Run(run_dir_for(cfg))
+    run.create(cfg)
+    run.update_meta(status="done")
+    run.config.write_text("model: [1, 2\n  x: {")
+    args = [*SMOKE, "scheme=nope", "seed=0", f"results_dir={tmp_path}"]
+    r = invoke("sweep", *args, "--dry-run")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 0 and "1 unreadable (left out)" in out and "is unreadable (while parsing" in out, r.output
+    r = invoke("sweep", *args, "--no-progress")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 1 and "1 points: 0 trained, 0 skipped (finished before), 1 failed" in out, r.output
+    assert "corrupt" in out and "is unreadable (while parsing" in out  # its row in the summary, with the reason
+    assert run.config.read_text() == "model: [1, 2\n  x: {" and not run.checkpoint.exists()
