@@ -87,6 +87,7 @@ def prepare(group: Group) -> Path:
         shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
     settings = {
         "source_paths": ["pe_bench"],
+        "also_copy": ["configs"],
         "only_mutate": list(group.files),
         "do_not_mutate_patterns": DO_NOT_MUTATE,
         "pytest_add_cli_args_test_selection": list(group.tests),
@@ -208,13 +209,16 @@ def write_readme() -> None:
              f"Written by `scripts/mutation.py` (mutmut {getattr(mutmut, '__version__', '?')}); each group's tests "
              "are listed in its JSON. killed: a test failed (or the mutant ran past mutmut's CPU limit); "
              "equivalent: no test can tell it apart (reason in scripts/mutation_equivalent.toml); "
-             "score = killed / (mutants − equivalent). Error-message text and logging are not mutated.", "",
+             "score = killed / (mutants − equivalent), before → after the tests written against the first run's "
+             "survivors. Error-message text and logging are not mutated.", "",
              "| group | module | mutants | killed | survived | equivalent | no tests | score |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for g in groups:
         for mod, m in sorted(g["modules"].items()):
+            before = g.get("before", {}).get(mod)
+            was = f"{100 * before['score']:.1f} % → " if before else ""
             lines.append(f"| {g['group']} | `{mod}` | {m['mutants']} | {m['killed']} | {m['survived']} | "
-                         f"{m['equivalent']} | {m['no_tests']} | {100 * m['score']:.1f} % |")
+                         f"{m['equivalent']} | {m['no_tests']} | {was}{100 * m['score']:.1f} % |")
     for g in groups:
         rest = [x for x in g["not_killed"] if x["status"] != "equivalent"]
         eq = [x for x in g["not_killed"] if x["status"] == "equivalent"]
@@ -248,6 +252,11 @@ def main() -> None:
         t0 = time.perf_counter()
         run_mutmut(group, work, names)
         summary = summarize(group, work, time.perf_counter() - t0)
+        previous = OUT / f"{group.name}.json"
+        if args.recheck and previous.exists():  # the first full run's counts stay as "before"
+            old = json.loads(previous.read_text())
+            summary["before"] = old.get("before") or {m: {k: v for k, v in c.items() if k != "score"} | {
+                "score": c["score"]} for m, c in old["modules"].items()}
         (OUT / f"{group.name}.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
         for mod, m in summary["modules"].items():
             print(f"{group.name:9} {mod:32} {m['killed']:4}/{m['mutants'] - m['equivalent']:<4} killed "
