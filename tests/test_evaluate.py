@@ -177,3 +177,53 @@ def test_per_position_loss_is_the_token_weighted_mean_of_its_bucket(stride):
     for r in rows:  # every target costs ln 256, whatever the bucket's width or count of scored tokens
         assert r["loss"] == pytest.approx(math.log(256), abs=1e-6)
         assert r["tokens"] == s.pos_count[r["pos_start"]:r["pos_end"]].sum()
+
+
+class Recording(torch.nn.Module):
+    """A model's forward, recording the (windows, tokens) of every batch it is given."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model, self.shapes = model, []
+
+    def forward(self, x, positions=None):
+        self.shapes.append(tuple(x.shape))
+        return self.model(x, positions)
+
+    def label(self):
+        return self.model.label()
+
+    @property
+    def scheme(self):
+        return self.model.scheme
+
+
+@pytest.mark.parametrize("tokens_per_batch", [64, 200])
+def test_windows_are_batched_up_to_eval_tokens_per_batch_tokens_per_forward(setup, tokens_per_batch):
+    cfg, model, tokens, tb = setup
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   f"eval.tokens_per_batch={tokens_per_batch}"])
+    rec = Recording(model)
+    rows, _, _ = evaluate(rec, cfg, tokens, tb, DEV, quiet=True)
+    # at most tokens_per_batch tokens per forward (one window at least: 128 > 64 goes alone), and full batches of as
+    # many windows as fit (the last batch of a pass may be short)
+    assert rec.shapes and all(b * t <= max(tokens_per_batch, t) for b, t in rec.shapes), rec.shapes
+    for length in (16, 32, 64, 128):
+        assert max(b for b, t in rec.shapes if t == length) == max(1, tokens_per_batch // length)
+    plain, _, _ = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in plain], rel=1e-5)
+
+
+def test_per_position_rows_are_eval_position_buckets_from_the_nonoverlapping_pass(setup):
+    """positions.csv's rows at each length: eval.position_buckets buckets covering the window, from the
+    non-overlapping pass — its tokens, and their token-weighted mean is that pass's loss."""
+    cfg, model, tokens, tb = setup
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.position_buckets=8"])
+    rows, pos, _ = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    for r in (r for r in rows if r["mode"] == "nonoverlapping"):
+        p = [x for x in pos if x["L_eval"] == r["L_eval"]]
+        n = r["L_eval"]
+        assert [(x["pos_start"], x["pos_end"]) for x in p] == [(k * n // 8, (k + 1) * n // 8) for k in range(8)]
+        assert sum(x["tokens"] for x in p) == r["tokens_scored"]
+        assert sum(x["loss"] * x["tokens"] for x in p) / r["tokens_scored"] == pytest.approx(r["loss"], abs=1e-5)
