@@ -122,6 +122,7 @@ def test_ticks_are_plain_numbers_at_the_evaluated_lengths():
     fig.canvas.draw()
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "256", "512"]
+    assert ax.get_yscale() == "log"
     y = [t.get_text() for t in ax.get_yticklabels()]
     assert len(y) >= 3 and all(float(t) > 0 for t in y)  # '6', '10', '15'..., never '6×10⁰' or '$10^{1}$'
     assert not ax.yaxis.get_minorticklabels() or all(not t.get_text() for t in ax.yaxis.get_minorticklabels())

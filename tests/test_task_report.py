@@ -130,3 +130,15 @@ def test_analyze_a_language_model_run_on_text_windows(tmp_path):
         [df["L_eval"], df["layer"], df["head"]]).first() * 3).all()  # every query position of 3 windows, once
     # the training length is a bucket edge: no bucket straddles it
     assert not ((df["q_start"] < 32) & (df["q_end"] > 32)).any()
+
+
+def test_accuracy_csv_has_the_documented_columns_and_its_checksum_in_meta_json(results):
+    from pe_bench.runs import file_sha256
+
+    run = Run(next((results / "runs").glob("passkey-alibi-*-s0-*")))
+    rows = pd.read_csv(run.accuracy_csv)
+    assert list(rows.columns) == ["task", "scheme", "base_scheme", "model", "L_train", "L_eval", "ratio", "depth",
+                                  "exact_match", "token_accuracy", "solved", "examples", "answer_tokens", "seed",
+                                  "step", "precision", "status", "note"]
+    assert set(rows["status"]) <= {"ok", "not_applicable", "nonfinite"} and set(rows["precision"]) == {"fp32"}
+    assert run.meta()["accuracy_csv_sha256"] == file_sha256(run.accuracy_csv)

@@ -339,3 +339,34 @@ def test_passkey_text_filler_on_a_too_short_corpus_is_refused_before_anything_is
     # one error line (the datasets library may print its progress while the local file is read the first time)
     assert r.output.strip().splitlines()[-1].startswith("error: task.filler=text: the validation split"), r.output
     assert "Traceback" not in r.output and not (tmp_path / "r").exists()
+
+
+def test_an_analysis_forwards_at_most_max_elements_attention_weights_per_batch(monkeypatch):
+    """`pe-bench analyze` reduces its statistics per batch of inputs holding at most analyze.MAX_ELEMENTS attention
+    weights (B·H·T·T; 2**24 by default), so memory stays bounded at 8L — and the statistics are those of one batch."""
+    from types import SimpleNamespace
+
+    from pe_bench import analyze
+    from pe_bench.build import build_model
+
+    assert analyze.MAX_ELEMENTS == 2**24
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 256).eval()
+    data = SimpleNamespace(splits={"validation": np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)})
+    whole = analyze.analyze(model, cfg, data, torch.device("cpu"), examples=6, buckets=4)
+    heads, shapes, forward = model.args.n_heads, [], model.forward
+
+    def recording(x, *args, **kwargs):
+        shapes.append(tuple(x.shape))
+        return forward(x, *args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", recording)
+    monkeypatch.setattr(analyze, "MAX_ELEMENTS", 2 * heads * 64 * 64)  # two windows at 64, one at 128 (over it)
+    bounded = analyze.analyze(model, cfg, data, torch.device("cpu"), examples=6, buckets=4)
+    assert [b for b, t in shapes if t == 64] == [2, 2, 2] and [b for b, t in shapes if t == 128] == [1] * 6
+    assert all(b * heads * t * t <= max(analyze.MAX_ELEMENTS, heads * t * t) for b, t in shapes)
+    assert [r["L_eval"] for r in bounded] == [r["L_eval"] for r in whole]
+    for a, b in zip(bounded, whole):
+        assert {k: a[k] for k in ("entropy_norm", "distance", "sink_mass")} == pytest.approx(
+            {k: b[k] for k in ("entropy_norm", "distance", "sink_mass")}, abs=1e-5)
