@@ -10,7 +10,9 @@ import torch.nn.functional as F
 from pe_bench.build import build_model
 from pe_bench.config import compose
 from pe_bench.data import DataError
-from pe_bench.evaluate import eval_lengths, evaluate, score_windows, scored_span
+from pe_bench.evaluate import (RANDOM_POSITIONS_SEED, Score, _row, check_feasible, eval_lengths, eval_positions,
+                               evaluate, score_windows, scored_span)
+from pe_bench.schemes.base import LengthNotSupported
 
 DEV = torch.device("cpu")
 
@@ -227,3 +229,115 @@ def test_per_position_rows_are_eval_position_buckets_from_the_nonoverlapping_pas
         assert [(x["pos_start"], x["pos_end"]) for x in p] == [(k * n // 8, (k + 1) * n // 8) for k in range(8)]
         assert sum(x["tokens"] for x in p) == r["tokens_scored"]
         assert sum(x["loss"] * x["tokens"] for x in p) / r["tokens_scored"] == pytest.approx(r["loss"], abs=1e-5)
+
+
+def _expected_row(common: dict, mode: str, stride: int, S, budget: int, s) -> dict:
+    """An evaluation row as the README's eval.csv columns describe it, from a Score computed by score_windows."""
+    return {**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "tokens_scored": s.tokens,
+            "loss": round(s.nll / s.tokens, 6), "ppl": round(math.exp(s.nll / s.tokens), 4),
+            "bpb": round(s.nll / math.log(2) / s.bytes, 5), "status": "ok", "note": ""}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_evaluation_row_is_exactly_its_settings_and_its_numbers(setup, precision, capsys):
+    """Every field of every row — eval rows (both modes), per-window rows and per-position rows — and the one plain
+    progress line per length × mode, for lengths that are not multiples of L (ratio rounded to 4 decimals)."""
+    _, model, tokens, _ = setup
+    tb = np.random.default_rng(1).integers(1, 5, 256)  # 1–4 bytes per token
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=24", "eval=smoke",
+                   "eval.lengths=[16,56]", "eval.stride=8", "eval.max_tokens=512", "eval.sliding_max_tokens=256",
+                   "eval.modes=[nonoverlapping,sliding,per_position]", "eval.position_buckets=4",
+                   f"train.precision={precision}", "seed=3"])
+    rows, pos, windows = evaluate(model, cfg, tokens, tb, DEV, step=7, name="RUN")
+    bf16 = precision == "bf16"
+    base = {"scheme": model.label(), "base_scheme": "alibi", "model": cfg.model.name, "data": cfg.data.name,
+            "split": cfg.eval.split, "L_train": 24, "seed": 3, "step": 7, "precision": precision}
+    want, want_pos, lines = [], [], []
+    for length, ratio in ((16, 0.6667), (56, 2.3333)):
+        common = {**base, "L_eval": length, "ratio": ratio}
+        s = score_windows(model, tokens, tb, length, length, 504, cfg.eval.tokens_per_batch, DEV, bf16)
+        want.append(_expected_row(common, "nonoverlapping", length, "", 512, s))
+        for a, b in ((0, length // 4), (length // 4, length // 2), (length // 2, 3 * length // 4),
+                     (3 * length // 4, length)):
+            n = s.pos_count[a:b].sum()
+            want_pos.append({**common, "budget": 512, "pos_start": a, "pos_end": b,
+                             "loss": round(s.pos_nll[a:b].sum() / n, 6), "tokens": int(n)})
+        t = score_windows(model, tokens, tb, length, 8, 224, cfg.eval.tokens_per_batch, DEV, bf16)
+        want.append(_expected_row(common, "sliding", 8, 8, 256, t))
+        lines += [f"RUN eval L={length} nonoverlapping: ppl {math.exp(s.loss):.2f} ({len(s.window_tokens):,} windows",
+                  f"RUN eval L={length} sliding: ppl {math.exp(t.loss):.2f} ({len(t.window_tokens):,} windows"]
+    assert rows == want
+    assert pos == want_pos
+    for r in rows:
+        mine = [w for w in windows if all(w[k] == r[k] for k in ("L_eval", "mode"))]
+        assert [w["window"] for w in mine] == list(range(len(mine)))
+        assert set(mine[0]) == {"scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision",
+                                "tokens_scored", "window", "nll", "tokens"}
+        assert all(w[k] == r[k] for w in mine for k in ("scheme", "split", "stride", "S", "budget", "step",
+                                                         "precision", "tokens_scored"))
+        assert all(w["nll"] == round(w["nll"], 6) for w in mine)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" tokens,")[0].rsplit(",", 1)[0] for line in out] == lines
+
+
+def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_reason(capsys):
+    cfg = compose(["scheme=nope", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.lengths=[16,24]", "eval.stride=8", "train.random_positions=20",
+                   "eval.modes=[nonoverlapping,sliding,per_position]"])
+    torch.manual_seed(0)
+    model = build_model(cfg, 256).eval()
+    tokens = np.random.default_rng(0).integers(0, 256, 3000).astype(np.uint8)
+    rows, pos, _ = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV, name="RUN")
+    na = [r for r in rows if r["L_eval"] == 24]
+    reason = ("trained with randomized positions in [0, 20), which cannot hold 24 distinct positions; raise "
+              "train.random_positions")
+    common = {"scheme": "nope", "base_scheme": "nope", "model": cfg.model.name, "data": cfg.data.name,
+              "split": cfg.eval.split, "L_train": 16, "seed": cfg.seed, "step": cfg.train.steps, "precision": "fp32",
+              "L_eval": 24, "ratio": 1.5}
+    assert na == [{**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "loss": "", "ppl": "",
+                   "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": reason}
+                  for mode, stride, S, budget in (("nonoverlapping", 24, "", cfg.eval.max_tokens),
+                                                  ("sliding", 8, 8, cfg.eval.sliding_max_tokens))]
+    assert {p["L_eval"] for p in pos} == {16}
+    assert [r["status"] for r in rows if r["L_eval"] == 16] == ["ok", "ok"]
+    assert f"RUN eval L=24: not applicable ({reason})" in capsys.readouterr().out.splitlines()
+
+
+def test_randomized_positions_at_evaluation_are_a_fixed_sorted_subset_per_length():
+    cfg = compose(["scheme=rope", "train.seq_len=16", "train.random_positions=40"])
+    a, b = eval_positions(cfg, 16, DEV), eval_positions(cfg, 16, DEV)
+    assert torch.equal(a, b) and a.dtype == torch.int64 and len(a) == 16  # fixed per length
+    assert bool((a[1:] > a[:-1]).all()) and 0 <= int(a[0]) and int(a[-1]) < 40
+    want = torch.randperm(40, generator=torch.Generator().manual_seed(RANDOM_POSITIONS_SEED + 16))[:16].sort().values
+    assert torch.equal(a, want)
+    assert not torch.equal(eval_positions(cfg, 17, DEV)[:16], a)  # another length, another subset
+    assert torch.equal(eval_positions(cfg, 40, DEV), torch.arange(40))  # as many positions as trained: all of them
+    with pytest.raises(LengthNotSupported):
+        eval_positions(cfg, 41, DEV)
+    assert eval_positions(compose(["scheme=rope"]), 16, DEV) is None
+
+
+def test_a_loss_too_large_for_exp_is_a_nonfinite_row_never_ok():
+    common = {"scheme": "x", "L_eval": 8}
+    for loss, status in ((699.0, "ok"), (700.0, "nonfinite"), (float("inf"), "nonfinite"), (float("nan"), "nonfinite")):
+        s = Score(nll=loss * 4, tokens=4, bytes=4)
+        row = _row(common, "sliding", 2, 2, 64, s)
+        assert row["status"] == status, loss
+        assert {k: row[k] for k in ("scheme", "L_eval", "mode", "stride", "S", "budget", "tokens_scored")} == \
+            {"scheme": "x", "L_eval": 8, "mode": "sliding", "stride": 2, "S": 2, "budget": 64, "tokens_scored": 4}
+    assert _row(common, "sliding", 2, 2, 64, Score(nll=float("nan"), tokens=4, bytes=4)) == {
+        **common, "mode": "sliding", "stride": 2, "S": 2, "budget": 64, "tokens_scored": 4, "loss": "nan",
+        "ppl": "nan", "bpb": "nan", "status": "nonfinite",
+        "note": "non-finite loss: the model overflowed or its weights are not finite"}
+
+
+def test_the_scored_span_and_the_feasibility_check_at_their_boundaries():
+    assert scored_span(33, 10_000, 8) == 32  # exactly MIN_WINDOWS windows: 32 targets need 33 tokens
+    with pytest.raises(DataError):
+        scored_span(32, 10_000, 8)
+    assert scored_span(41, 10_000, 8) == 40 and scored_span(40, 10_000, 8) == 32  # targets = tokens − 1
+    assert scored_span(1000, 50, 8) == 48  # the budget, rounded down to whole windows of the longest length
+    cfg = compose(["eval.lengths=[8,16]", "eval.max_tokens=64"])
+    check_feasible(cfg, 65)
+    with pytest.raises(DataError):
+        check_feasible(cfg, 64)
