@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import pathlib
 from typing import Any
 
 import pytest
@@ -186,3 +187,37 @@ def test_a_late_scheme_option_at_its_default_leaves_the_identity_of_runs_named_b
     del where[leaf]
     assert identity(old) == identity(cfg)
     assert identity(changed(cfg, ("scheme", *parents, leaf))) != identity(cfg)
+
+
+def test_every_committed_run_directory_is_named_by_its_own_config():
+    """Run names are stable across versions: each committed run directory's config.yaml still gives its name (the
+    readable prefix and the identity hash), so a later pe-bench resumes and reports those runs as the same runs."""
+    from pe_bench.runs import Run
+
+    dirs = sorted(p for p in (pathlib.Path(__file__).parent.parent / "results" / "default" / "runs").iterdir() if p.is_dir())
+    assert len(dirs) >= 40
+    for d in dirs:
+        assert run_name(Run(d).load_config()) == d.name
+
+
+def test_run_names_spell_out_the_configuration_and_end_in_the_identity_hash():
+    lm = compose(["scheme=alibi", "model=tiny", "train.seq_len=48", "seed=2"])
+    assert run_name(lm) == f"alibi-tiny-{lm.data.name}-L48-s2-{digest(identity(lm))}"
+    task = compose(["scheme=rope", "task=copy", "model=tiny", "train.seq_len=32"])
+    assert run_name(task) == f"copy-rope-tiny-L32-s0-{digest(identity(task))}"
+    ft = compose(["scheme=rope", "train.seq_len=128", "train.steps=50"])
+    ft.finetune.from_run, ft.finetune.parent, ft.finetune.original_seq_len = "/x/p", "rope-tiny-d-L64-s0-1234abcd", 64
+    assert run_name(ft) == f"rope-tiny-d-L64-s0-ft50-L128-{digest(identity(ft))}"
+    ft.train.pose_target = 512
+    assert run_name(ft) == f"rope-tiny-d-L64-s0-ft50-L128-pose512-{digest(identity(ft))}"
+
+
+def test_the_identity_hash_is_the_sha256_of_the_sorted_json():
+    import hashlib
+    import json
+
+    d = {"b": [1, 2.5], "a": {"y": None, "x": "s"}, "p": pathlib.Path("/q")}
+    want = hashlib.sha256(json.dumps({"a": {"x": "s", "y": None}, "b": [1, 2.5], "p": "/q"}, sort_keys=True)
+                          .encode()).hexdigest()
+    assert digest(d) == want[:8] and digest(d, 12) == want[:12]
+    assert digest(dict(reversed(list(d.items())))) == digest(d)  # key order never matters
