@@ -300,3 +300,15 @@ def test_a_warmup_longer_than_the_finetune_is_warned_about(tmp_path):
     assert "warning: train.warmup_steps=10 exceeds the fine-tune's train.steps=5" in r.output, r.output
     r = runner.invoke(app, ["finetune", str(parent.path), "train.steps=10", "--cfg"])
     assert r.exit_code == 0 and "warning:" not in r.output, r.output
+
+
+@pytest.mark.parametrize("pose, part", [(0, ""), (512, "-pose512")])
+def test_a_finetunes_run_name_is_its_parents_without_the_hash_then_ft_steps_L_and_pose(pose, part):
+    """results/runs/<parent name without hash>-ft<steps>-L<L>[-pose<target>]-<hash>: beside its parent."""
+    from pe_bench.runs import digest, identity
+
+    cfg = compose(["scheme=rope", "train.steps=200", "train.seq_len=64", f"train.pose_target={pose}"])
+    cfg.finetune.from_run, cfg.finetune.parent = "/x/rope-tiny-shakespeare-L64-s0-1234abcd", \
+        "rope-tiny-shakespeare-L64-s0-1234abcd"
+    cfg.finetune.parent_config, cfg.finetune.original_seq_len = "feedbeef", 64
+    assert run_name(cfg) == f"rope-tiny-shakespeare-L64-s0-ft200-L64{part}-{digest(identity(cfg))}"

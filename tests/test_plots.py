@@ -171,3 +171,13 @@ def test_plots_are_byte_deterministic(tmp_path):
     a, b = plot_lengths(df, tmp_path / "a.png"), plot_lengths(df, tmp_path / "b.png")
     assert a.read_bytes() == b.read_bytes()
     assert plot_lengths(df, tmp_path / "c.png", mode="sliding") is None
+
+
+@pytest.mark.parametrize("column, values", [("data", ("shakespeare", "wikitext2")), ("model", ("tiny", "small"))])
+def test_several_data_sets_or_models_get_a_column_of_panels_each(column, values):
+    df = pd.concat([rows(["alibi", "rope"]).assign(**{column: v}) for v in values])
+    fig = lengths_figure(df)
+    assert len(fig.axes) == 2
+    for ax, v in zip(fig.axes, values):
+        assert v in ax.get_title(loc="left")
+        assert [ln.get_label() for ln in ax.get_lines()][:2] == ["alibi", "rope"]

@@ -135,3 +135,15 @@ def test_estimate_uses_finished_runs_of_the_same_shape_and_says_unknown_without_
     done = _points(tmp_path, "seed=0")
     done[0].state = "done"
     assert estimate(done) == (0.0, "nothing to do")
+
+
+def test_a_step_lines_loss_is_the_mean_since_the_previous_line(capsys):
+    t = {"now": 0.0}
+    shown = TrainProgress("r", 0, 40, 1000, bar=False, clock=lambda: t["now"])
+    for done in range(1, 41):  # 5% of 40 steps = 2, 31 s a step (past the 30 s minimum): a line every 2 steps
+        t["now"] += 31.0
+        shown.step(done, torch.tensor(float(done)), 1e-3)
+    shown.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[2] for ln in lines[:3]] == ["2/40", "4/40", "6/40"]
+    assert [float(ln.split()[5]) for ln in lines] == [2 * k - 0.5 for k in range(1, 21)]  # mean of steps 2k-1, 2k

@@ -371,3 +371,14 @@ def test_compare_on_the_command_line_names_the_seeds_it_left_out_and_the_lengths
     out = " ".join(r.output.split())
     assert "not compared: alibi vs rope (-) at nonoverlapping 64: no per-window losses" in out
     assert [int(row[3]) for row in compare_rows(r.output)] == [32, 128, 256]
+
+
+def test_an_analysis_of_an_eval_time_variant_goes_to_its_own_folder(results):
+    rope = run_named(results, "rope")
+    r = invoke("analyze", rope, "scheme.scaling.type=yarn", "scheme.scaling.factor=8", "--examples", "2",
+               "--buckets", "4")
+    assert r.exit_code == 0, r.output
+    assert not (rope / "analysis").exists()  # the default place holds the run's own scheme only
+    folder = rope / "analysis-rope_yarn_8"
+    assert set(pd.read_csv(folder / "attention.csv")["scheme"]) == {"rope+yarn×8"}
+    assert json.loads((folder / "analysis.json").read_text())["step"] == 20

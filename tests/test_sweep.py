@@ -368,3 +368,41 @@ def test_a_run_directory_with_an_unreadable_config_yaml_is_left_alone_and_counte
     assert r.exit_code == 1 and "1 points: 0 trained, 0 skipped (finished before), 1 failed" in out, r.output
     assert "corrupt" in out and "is unreadable (while parsing" in out  # its row in the summary, with the reason
     assert run.config.read_text() == "model: [1, 2\n  x: {" and not run.checkpoint.exists()
+
+
+def test_the_shipped_sweeps_are_the_points_the_readme_lists():
+    """README, "Sweeps": smoke (every scheme × seeds 0, 1; smoke recipe, 2-layer model), tasks (the paper's six ×
+    passkey, copy × seed 0; task recipe, L = 32, two processes at once), tasks_zoo (tasks plus eight schemes: 26
+    points), extension (rope × seed 0, then 5 methods × budgets 25, 100, 400, and 0 for the parent's rows)."""
+    def points(name):
+        return [compose(p) for p in expand(load_sweep(name), [])]
+
+    smoke = points("smoke")
+    assert sorted((c.scheme["name"], c.seed) for c in smoke) == sorted(
+        (s, k) for s in schemes.available() for k in (0, 1))
+    assert {(c.train.name, c.model.n_layers) for c in smoke} == {("smoke", 2)}
+    six = ["nope", "sinusoidal", "learned", "rope", "alibi", "t5"]
+    tasks = points("tasks")
+    assert sorted((c.scheme["name"], c.task.name, c.seed) for c in tasks) == sorted(
+        (s, t, 0) for s in six for t in ("passkey", "copy"))
+    assert {(c.train.name, c.train.seq_len) for c in tasks} == {("task", 32)}
+    assert load_sweep("tasks").local.parallel == 2
+    zoo = points("tasks_zoo")
+    more = ["kerple_log", "kerple_power", "sandwich", "shaw", "xl", "cope", "conv"]
+    assert len(zoo) == 26 and sorted({c.scheme["name"] for c in zoo}) == sorted(six + more)
+    ext = load_sweep("extension")
+    assert [(c.scheme["name"], c.seed) for c in map(compose, expand(ext, []))] == [("rope", 0)]
+    assert ext.extension.steps == [0, 25, 100, 400] and len(ext.extension.methods) == 5
+
+
+def test_a_point_that_failed_before_is_retried(tmp_path):
+    cfg = smoke_point("scheme=nope", "seed=0", f"results_dir={tmp_path}")
+    run = Run(run_dir_for(cfg))
+    run.create(cfg)
+    run.update_meta(status="failed", error="RuntimeError: something went wrong")
+    args = [*SMOKE, "scheme=nope", "seed=0", "eval.variants=false", f"results_dir={tmp_path}"]
+    r = invoke("sweep", *args, "--dry-run")
+    assert r.exit_code == 0 and "1 failed before (retried)" in r.output, r.output
+    r = invoke("sweep", *args, "--no-progress")
+    assert r.exit_code == 0 and "1 trained" in r.output, r.output
+    assert meta(run.path)["status"] == "done" and meta(run.path)["error"] is None

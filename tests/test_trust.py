@@ -538,3 +538,39 @@ def test_a_finished_run_is_not_trained_again_on_a_machine_with_other_numerics(tm
         torch.set_num_threads(threads)
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
     assert json.loads((run / "meta.json").read_text())["numerics"].endswith(", 1 threads")
+
+
+def test_eval_accepts_only_the_schemes_declared_eval_time_options():
+    """`pe-bench eval` may change eval.* and Scheme.eval_options — RoPE's scaling, learned's beyond_table and
+    extend_seed, nothing of any other registered scheme — and refuses any other scheme option or another scheme."""
+    from pe_bench import schemes
+    from pe_bench.config import ConfigError, compose
+    from pe_bench.experiment import check_eval_overrides
+
+    declared = {name: tuple(cls.eval_options) for name, cls in schemes.REGISTRY.items() if cls.eval_options}
+    assert declared == {"rope": ("scaling",), "learned": ("beyond_table", "extend_seed")}
+    accepted = [("rope", ["scheme.scaling.type=yarn", "scheme.scaling.factor=8"]),
+                ("learned", ["scheme.beyond_table=extend", "scheme.extend_seed=7"])]
+    for name, options in accepted:
+        check_eval_overrides(compose([f"scheme={name}"]), compose([f"scheme={name}", *options]))
+    refused = [("rope", ["scheme.base=500"], "scheme.base is fixed at training for rope"),
+               ("learned", ["scheme.init_std=0.5"], "scheme.init_std is fixed at training for learned"),
+               ("alibi", ["scheme.learned_slopes=true"], "eval-time options of alibi: none"),
+               ("rope", ["scheme=alibi"], "this run was trained with rope")]
+    for name, options, says in refused:
+        with pytest.raises(ConfigError, match=says):
+            check_eval_overrides(compose([f"scheme={name}"]), compose([f"scheme={name}", *options]))
+
+
+def test_compare_leaves_out_and_names_the_seeds_that_are_not_finite():
+    """Seeds 0-2 on both sides, B's seed 2 not finite: the paired difference is over seeds 0 and 1 (t, 2 seeds) and
+    names seed 2 as left out, never a number from it."""
+    from pe_bench.report import compare
+
+    col = _synthetic(0.03, (0, 1, 2))
+    bad = (col.df["scheme"] == "B") & (col.df["seed"] == 2)
+    col.df.loc[bad, ["status", "ppl"]] = ["nonfinite", float("nan")]
+    t = compare(col, "A", "B", modes=["nonoverlapping"])
+    assert t["seeds left out"].tolist() == ["2"] and t["method"].tolist() == ["t, 2 seeds"]
+    ok = col.df[col.df["seed"] < 2]
+    assert t["ppl B"].iloc[0] == round(float(ok[ok["scheme"] == "B"]["ppl"].mean()), 3)
