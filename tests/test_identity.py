@@ -144,7 +144,8 @@ def test_pose_chunks_are_part_of_a_pose_runs_identity():
     assert run_name(four) != run_name(cfg)
 
 
-@pytest.mark.parametrize("task, corpus", [(["task=copy"], False), (["task=passkey", "task.filler=text"], True)])
+@pytest.mark.parametrize("task, corpus", [(["task=copy"], False), (["task=passkey", "task.filler=text"], True),
+                                          (["task=passkey", "task.filler=random"], False)])
 def test_a_task_runs_identity_is_every_task_field_and_the_corpus_only_if_read(task, corpus):
     """A synthetic task: every task.* field is in; data.* only when the task reads the corpus (passkey with text
     filler)."""
@@ -208,6 +209,8 @@ def test_run_names_spell_out_the_configuration_and_end_in_the_identity_hash():
     ft = compose(["scheme=rope", "train.seq_len=128", "train.steps=50"])
     ft.finetune.from_run, ft.finetune.parent, ft.finetune.original_seq_len = "/x/p", "rope-tiny-d-L64-s0-1234abcd", 64
     assert run_name(ft) == f"rope-tiny-d-L64-s0-ft50-L128-{digest(identity(ft))}"
+    assert identity(ft)["finetune"] == {k: v for k, v in dataclasses.asdict(ft.finetune).items()
+                                        if k not in ("from_run", "parent_config")}
     ft.train.pose_target = 512
     assert run_name(ft) == f"rope-tiny-d-L64-s0-ft50-L128-pose512-{digest(identity(ft))}"
 
