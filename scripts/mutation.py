@@ -145,7 +145,7 @@ def mutant_diffs(work: Path, names: list[str]) -> dict[str, tuple[str, list[str]
             b = ast.get_source_segment(src, node).splitlines()
             changed = [line for line in difflib.unified_diff(a[1:], b[1:], lineterm="", n=0)
                        if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-            function = base.removeprefix("x_").replace("ǁ", ".").strip(".")
+            function = re.sub(r"^xǁ|^x_", "", base).replace("ǁ", ".")  # x_f → f, xǁClassǁmethod → Class.method
             out[full] = (f"{module}.{function}", [re.sub(r"\s+", " ", c).strip() for c in changed])
     return out
 
