@@ -141,9 +141,9 @@ def mutant_diffs(work: Path, names: list[str]) -> dict[str, tuple[str, list[str]
                 continue
             base = fname.rsplit("__mutmut_", 1)[0]
             orig = defs.get(base + "__mutmut_orig")
-            a = ast.get_source_segment(src, orig).splitlines() if orig else []
-            b = ast.get_source_segment(src, node).splitlines()
-            changed = [line for line in difflib.unified_diff(a[1:], b[1:], lineterm="", n=0)
+            a = ast.get_source_segment(src, orig).replace(base + "__mutmut_orig", base).splitlines() if orig else []
+            b = ast.get_source_segment(src, node).replace(fname, base).splitlines()
+            changed = [line for line in difflib.unified_diff(a, b, lineterm="", n=0)
                        if line[:1] in "+-" and not line.startswith(("+++", "---"))]
             function = re.sub(r"^xǁ|^x_", "", base).replace("ǁ", ".")  # x_f → f, xǁClassǁmethod → Class.method
             out[full] = (f"{module}.{function}", [re.sub(r"\s+", " ", c).strip() for c in changed])

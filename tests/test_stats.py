@@ -326,3 +326,25 @@ def test_the_inputs_each_statistic_accepts_and_refuses():
         seed_interval([1.0, float("nan")])
     with pytest.raises(ValueError):
         ppl_interval([])
+
+
+def test_normal_quantiles_to_full_double_precision():
+    """Acklam's approximation refined by one Halley step: exact to the last bits in the centre and the tails."""
+    assert normal_quantile(0.5) == 0.0
+    for q, want in ((0.975, 1.959963984540054), (0.6, 0.2533471031357997), (0.9, 1.2815515655446004),
+                    (0.3, -0.5244005127080407), (0.001, -3.090232306167813)):
+        assert normal_quantile(q) == pytest.approx(want, abs=1e-15), q
+    for bad in (0.0, 1.0, 1.5, -0.1):
+        with pytest.raises(ValueError):
+            normal_quantile(bad)
+
+
+def test_quantile_levels_outside_0_1_are_refused_by_name():
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"got {bad}$"):
+            t_quantile(40, bad)
+
+
+def test_one_seeds_interval_is_the_bootstrap_with_its_defaults():
+    nll, tok = windows(np.random.default_rng(6), 20)
+    assert ppl_interval([(nll, tok)]) == bootstrap_ppl_interval(nll, tok, 0.95, 2000, 0)
