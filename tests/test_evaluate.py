@@ -281,7 +281,7 @@ def test_an_evaluation_row_is_exactly_its_settings_and_its_numbers(setup, precis
 
 
 def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_reason(capsys):
-    cfg = compose(["scheme=nope", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+    cfg = compose(["scheme=rope", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
                    "eval.lengths=[16,24]", "eval.stride=8", "train.random_positions=20",
                    "eval.modes=[nonoverlapping,sliding,per_position]"])
     torch.manual_seed(0)
@@ -291,7 +291,7 @@ def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_re
     na = [r for r in rows if r["L_eval"] == 24]
     reason = ("trained with randomized positions in [0, 20), which cannot hold 24 distinct positions; raise "
               "train.random_positions")
-    common = {"scheme": "nope", "base_scheme": "nope", "model": cfg.model.name, "data": cfg.data.name,
+    common = {"scheme": "rope", "base_scheme": "rope", "model": cfg.model.name, "data": cfg.data.name,
               "split": cfg.eval.split, "L_train": 16, "seed": cfg.seed, "step": cfg.train.steps, "precision": "fp32",
               "L_eval": 24, "ratio": 1.5}
     assert na == [{**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "loss": "", "ppl": "",
@@ -300,6 +300,11 @@ def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_re
                                                   ("sliding", 8, 8, cfg.eval.sliding_max_tokens))]
     assert {p["L_eval"] for p in pos} == {16}
     assert [r["status"] for r in rows if r["L_eval"] == 16] == ["ok", "ok"]
+    # the lengths it can evaluate are scored at the run's randomized positions, not at 0..L−1
+    at = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 16, rows[0]["tokens_scored"], 4096, DEV,
+                       positions=eval_positions(cfg, 16, DEV))
+    plain = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 16, rows[0]["tokens_scored"], 4096, DEV)
+    assert rows[0]["mode"] == "nonoverlapping" and rows[0]["loss"] == round(at.loss, 6) != round(plain.loss, 6)
     assert f"RUN eval L=24: not applicable ({reason})" in capsys.readouterr().out.splitlines()
 
 
@@ -341,3 +346,36 @@ def test_the_scored_span_and_the_feasibility_check_at_their_boundaries():
     check_feasible(cfg, 65)
     with pytest.raises(DataError):
         check_feasible(cfg, 64)
+
+
+def test_each_pass_reports_its_windows_to_its_progress_bar(setup, monkeypatch):
+    """One progress display per length × mode, named after the run and the pass, sized by the pass's windows and
+    advanced to exactly that count; bars only where use_bar says so (a terminal), nothing at all when quiet."""
+    from pe_bench import evaluate as evaluate_mod
+
+    shown = []
+
+    class Recorder(evaluate_mod.EvalProgress):
+        def __init__(self, name, total_windows, bar, quiet=False):
+            super().__init__(name, total_windows, bar=False, quiet=quiet)
+            self.record = {"name": name, "total": total_windows, "bar": bar, "quiet": quiet, "done": 0}
+            shown.append(self.record)
+
+        def update(self, windows, tokens_so_far):
+            self.record["done"] += windows
+
+    _, model, tokens, tb = setup
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.lengths=[16,32]", "eval.stride=8", "eval.modes=[nonoverlapping,sliding]"])
+    monkeypatch.setattr(evaluate_mod, "EvalProgress", Recorder)
+    for bar in (True, False):
+        monkeypatch.setattr(evaluate_mod, "use_bar", lambda progress, bar=bar: progress and bar)
+        shown.clear()
+        rows, _, windows = evaluate(model, cfg, tokens, tb, DEV, name="RUN", progress=True)
+        assert [r["name"] for r in shown] == [f"RUN eval L={r['L_eval']} {r['mode']}" for r in rows]
+        counts = [sum(1 for w in windows if (w["L_eval"], w["mode"]) == (r["L_eval"], r["mode"])) for r in rows]
+        assert [r["total"] for r in shown] == [r["done"] for r in shown] == counts
+        assert all(r["bar"] is bar and r["quiet"] is False for r in shown)
+    shown.clear()
+    evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    assert all(r["quiet"] is True and r["bar"] is False for r in shown)
