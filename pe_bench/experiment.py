@@ -23,7 +23,7 @@ from pe_bench.model import Decoder
 from pe_bench.progress import duration, run_summary, say
 from pe_bench.runs import Run, RunBusy, RunFileError, digest, file_sha256, identity, read_csv, write_csv
 from pe_bench.tasks import TaskData, load_task_data
-from pe_bench.train import Diverged, load_trained, train
+from pe_bench.train import Diverged, check_checkpoint, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
 
@@ -77,9 +77,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                 train(cfg, run, corpus, device, progress=False, world=world)
                 barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
                 return run
-            check_numerics(run, device)
-            if run.checkpoint.exists() and run.config.exists():  # resuming: an edited config.yaml is refused
-                check_same_run(run, cfg)
+            check_resume(run, cfg, corpus, device)  # a refused resume writes nothing in the run directory
             run.create(cfg)
             for stale in run.retire_analyses():  # made from a checkpoint this training moves past
                 say(f"{stale.name}: an analysis of an earlier checkpoint, renamed (run `pe-bench analyze` again)")
@@ -129,6 +127,19 @@ def check_numerics(run: Run, device: torch.device) -> None:
             0] else "resume it where it started"
         raise ConfigError(f"{run.path.name} was started with {before}; resuming it here ({now}) would mix two kinds "
                           f"of numbers in one run: {fix}, or delete its directory to train it afresh here")
+
+
+def check_resume(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskData, device: torch.device) -> None:
+    """Everything that refuses to resume a run, checked before its config.yaml or meta.json is written (a refusal
+    leaves the run directory as it was): other numerics, an edited config.yaml, a checkpoint of another
+    configuration (copied in) or trained on other data than the corpus now behind the config (a file changed)."""
+    check_numerics(run, device)
+    if not run.checkpoint.exists():
+        return
+    if run.config.exists():
+        check_same_run(run, cfg)
+    # Memory-mapped on the CPU: only the checkpoint's small entries are read here; training loads it again.
+    check_checkpoint(run, run.load_checkpoint("cpu", mmap=True), cfg, corpus)
 
 
 def record_failure(run: Run, error: BaseException, seconds: float | None = None) -> None:

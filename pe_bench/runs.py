@@ -284,14 +284,16 @@ class Run:
             raise RunFileError(f"{self.config} is unreadable ({_first_line(e)}); move the run directory away "
                                "or delete it") from None
 
-    def load_checkpoint(self, device: torch.device | str = "cpu") -> dict[str, Any]:
+    def load_checkpoint(self, device: torch.device | str = "cpu", mmap: bool = False) -> dict[str, Any]:
+        """The checkpoint's dict; ``mmap``: its tensors are mapped from the file, read only when used (a check of
+        its identity and data costs no copy of the weights)."""
         if not self.checkpoint.exists():
             raise RunFileError(f"{self.checkpoint} is missing: the run's weights are gone, so it cannot be evaluated "
                                "again (its existing rows still report); train it again in a new results_dir")
         try:
             import torch
 
-            ckpt = torch.load(self.checkpoint, map_location=device, weights_only=False)
+            ckpt = torch.load(self.checkpoint, map_location=device, weights_only=False, mmap=mmap)
         except Exception as e:  # noqa: BLE001 - pickle/zip/OS errors of many types
             raise RunFileError(f"{self.checkpoint} is unreadable ({_first_line(e)}); delete it to train the run "
                                "again from the start") from None

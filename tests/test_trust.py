@@ -458,6 +458,48 @@ def test_a_checkpoint_from_another_run_is_refused_on_resume(tmp_path):
     assert (nope / "checkpoint.pt").read_bytes() == foreign and not (nope / "train.csv").exists()  # no step trained
 
 
+def _every_file(directory):
+    """Every entry under ``directory`` (hidden ones too): a file's bytes, None for a folder."""
+    return {p.relative_to(directory).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(directory.rglob("*"))}
+
+
+def _foreign_checkpoint(results, tmp_path):
+    """nope's checkpoint replaced by alibi's (same tensor shapes: it would load)."""
+    nope = stopped_after_one_step(results, "scheme=nope")
+    shutil.copy(stopped_after_one_step(results, "scheme=alibi") / "checkpoint.pt", nope / "checkpoint.pt")
+    return nope, ["scheme=nope"], "checkpoint.pt belongs to another configuration"
+
+
+def _changed_data(results, tmp_path):
+    """The local corpus behind the config rewritten (same size, new contents) after the checkpoint was written."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of the first corpus, with some words in it\n" for i in range(3000)))
+    args = ["scheme=nope", "data=local", f"data.path={corpus}"]
+    run = stopped_after_one_step(results, *args)
+    corpus.write_text(corpus.read_text().replace("first", "other"))
+    return run, args, "was trained on other data"
+
+
+@pytest.mark.parametrize("refusal", [_foreign_checkpoint, _changed_data], ids=["foreign_checkpoint", "changed_data"])
+def test_a_refused_resume_leaves_the_run_directory_byte_for_byte_as_it_was(refusal, tmp_path):
+    """Resuming is refused (one line, exit 2) before anything in the run directory is written: config.yaml,
+    meta.json (its status, its data_fingerprint), the checkpoint and every other file keep their bytes, and no file
+    is added — like the refusal for other numerics (test_a_run_is_never_resumed_with_other_numerics)."""
+    results = tmp_path / "results"
+    run, args, problem = refusal(results, tmp_path)
+    before = _every_file(run)
+    assert json.loads(before["meta.json"])["status"] == "interrupted"
+    r = invoke("train", *TINY, *args, f"results_dir={results}", "--no-progress")
+    assert r.exit_code == 2, r.output
+    *before_it, line = r.output.strip().splitlines()  # before it: at most the data library re-reading the file
+    assert line.startswith("error: ") and problem in line and not any("error" in x for x in before_it), r.output
+    after = _every_file(run)
+    assert after.keys() == before.keys(), sorted(after.keys() ^ before.keys())
+    meta = {k: [json.loads(m["meta.json"]).get(k) for m in (before, after)] for k in ("status", "data_fingerprint")}
+    assert [name for name in before if after[name] != before[name]] == [], meta
+
+
 def test_a_diverged_runs_rows_say_diverged_for_the_base_scheme_and_every_eval_time_variant(tmp_path):
     """A diverged rope run (never evaluated): the report's rows for rope and for each of its eval-time variants
     (configs/scheme/rope.yaml eval_variants) say 'diverged' at every length, in both modes."""
