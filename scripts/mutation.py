@@ -66,7 +66,7 @@ GROUPS = [
           ("pe_bench.train.x_check_checkpoint__mutmut_*", "pe_bench.train.x_checkpoint_identity__mutmut_*",
            "pe_bench.train.xǁHealthǁ*", "pe_bench.train.xǁDivergedǁ*"),
           ("-k", "diverg or finite or checkpoint or resum or refused or edited or other_data or crash")),
-    Group("markdown", ("pe_bench/markdown.py",), ("tests/test_report_readers.py", "tests/test_report.py")),
+    Group("markdown", ("pe_bench/markdown.py",), ("tests/test_markdown.py", "tests/test_report_readers.py")),
     Group("report", ("pe_bench/report.py",), ("tests/test_report.py", "tests/test_report_readers.py",
                                               "tests/test_trust.py"),
           tuple(f"pe_bench.report.x_{f}__mutmut_*" for f in (
