@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pe_bench.build import build_model
 from pe_bench.config import compose
 from pe_bench.data import DataError
 from pe_bench.evaluate import (RANDOM_POSITIONS_SEED, Score, _row, check_feasible, eval_lengths, eval_positions,
-                               evaluate, score_windows, scored_span)
+                               evaluate, score_windows, scored_span, window_ends)
 from pe_bench.schemes.base import LengthNotSupported
 
 DEV = torch.device("cpu")
@@ -379,3 +381,18 @@ def test_each_pass_reports_its_windows_to_its_progress_bar(setup, monkeypatch):
     shown.clear()
     evaluate(model, cfg, tokens, tb, DEV, quiet=True)
     assert all(r["quiet"] is True and r["bar"] is False for r in shown)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(length=st.integers(1, 64), stride_frac=st.floats(0.0, 1.0), windows=st.integers(1, 12))
+def test_windows_score_every_target_once_with_as_much_context_as_the_stride_allows(length, stride_frac, windows):
+    """For any length, stride ≤ length and span ≥ length: the windows' scored targets tile 1..span without gap or
+    overlap, each window ends at most `length` tokens after it starts, and every scored target but the first
+    window's has at least length − stride tokens of context."""
+    stride = max(1, round(stride_frac * length))
+    span = length + (windows - 1) * stride - (windows > 1) * (stride // 2)  # a last window that is cut short too
+    ends = window_ends(length, stride, span)
+    covered = [t for e, n in ends for t in range(e - n + 1, e + 1)]
+    assert covered == list(range(1, span + 1))
+    assert ends[0] == (length, length) and ends[-1][0] == span
+    assert all(0 < n <= stride for _, n in ends[1:]) and all(e >= length for e, _ in ends)
