@@ -307,6 +307,9 @@ def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_re
                        positions=eval_positions(cfg, 16, DEV))
     plain = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 16, rows[0]["tokens_scored"], 4096, DEV)
     assert rows[0]["mode"] == "nonoverlapping" and rows[0]["loss"] == round(at.loss, 6) != round(plain.loss, 6)
+    slid = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 8, rows[1]["tokens_scored"], 4096, DEV,
+                         positions=eval_positions(cfg, 16, DEV))
+    assert rows[1]["mode"] == "sliding" and rows[1]["loss"] == round(slid.loss, 6)
     assert f"RUN eval L=24: not applicable ({reason})" in capsys.readouterr().out.splitlines()
 
 
@@ -396,3 +399,45 @@ def test_windows_score_every_target_once_with_as_much_context_as_the_stride_allo
     assert covered == list(range(1, span + 1))
     assert ends[0] == (length, length) and ends[-1][0] == span
     assert all(0 < n <= stride for _, n in ends[1:]) and all(e >= length for e, _ in ends)
+
+
+def test_a_stop_before_a_length_says_where_it_stopped(setup):
+    from pe_bench.distributed import StopRequested, clear_stop, request_stop
+
+    cfg, model, tokens, tb = setup
+    request_stop()
+    try:
+        with pytest.raises(StopRequested, match="^stopped before evaluating at length 16$"):
+            evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    finally:
+        clear_stop()
+
+
+def test_per_position_alone_makes_its_own_pass_and_no_perplexity_rows(setup, capsys):
+    _, model, tokens, tb = setup
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.lengths=[16]", "eval.modes=[per_position]", "eval.position_buckets=2"])
+    rows, pos, windows = evaluate(model, cfg, tokens, tb, DEV)  # no name: the lines start at "eval"
+    assert rows == [] and windows == []
+    s = score_windows(model, tokens, tb, 16, 16, scored_span(len(tokens), cfg.eval.max_tokens, 16),
+                      cfg.eval.tokens_per_batch, DEV)
+    assert [p["loss"] for p in pos] == [round(s.pos_nll[:8].sum() / s.pos_count[:8].sum(), 6),
+                                        round(s.pos_nll[8:].sum() / s.pos_count[8:].sum(), 6)]
+    assert capsys.readouterr().out.startswith(f"eval L=16 per_position: ppl {math.exp(s.loss):.2f} (")
+
+
+def test_the_progress_bar_follows_the_progress_flag_and_quiet_silences_not_applicable_lengths(monkeypatch, capsys):
+    from pe_bench import evaluate as evaluate_mod
+
+    asked = []
+    monkeypatch.setattr(evaluate_mod, "use_bar", lambda progress: asked.append(progress) or False)
+    cfg = compose(["scheme=learned", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.lengths=[16,32]", "eval.modes=[nonoverlapping]"])
+    model = build_model(cfg, 256).eval()
+    tokens = np.random.default_rng(0).integers(0, 256, 3000).astype(np.uint8)
+    evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV)
+    assert asked == [True]  # progress defaults to on (a bar when on a terminal)
+    out, err = capsys.readouterr()
+    assert "eval L=32: not applicable (" in out and err == ""  # a skipped length draws no bar
+    evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV, quiet=True)
+    assert capsys.readouterr() == ("", "")
