@@ -213,6 +213,8 @@ def test_run_names_spell_out_the_configuration_and_end_in_the_identity_hash():
                                         if k not in ("from_run", "parent_config")}
     ft.train.pose_target = 512
     assert run_name(ft) == f"rope-tiny-d-L64-s0-ft50-L128-pose512-{digest(identity(ft))}"
+    ft.finetune.parent = None  # a parent known only by its directory: "run" stands for its name
+    assert run_name(ft) == f"run-ft50-L128-pose512-{digest(identity(ft))}"
 
 
 def test_the_identity_hash_is_the_sha256_of_the_sorted_json():
