@@ -222,18 +222,44 @@ def test_health_names_the_first_nonfinite_step_and_the_loss_before_the_gradient_
     with pytest.raises(train_mod.Diverged) as e:
         h.check()
     assert (e.value.step, e.value.what) == (7, "loss")
-    assert "step 7" in str(e.value) and "loss" in str(e.value)
+    assert str(e.value) == (f"training diverged at step 7: loss = {bad}; the last good checkpoint is kept (lower "
+                            "train.lr, or raise train.warmup_steps / lower train.grad_clip)")
 
 
-def test_health_forgets_checked_steps_and_the_steps_after_an_interruption():
+def test_health_forgets_checked_finite_steps_and_the_steps_after_an_interruption():
     h = train_mod.Health()
     h.add(1, _t(1.0), _t(1.0))
     h.check()  # finite: nothing pending afterwards
     assert h.pending == []
     h.check()  # nothing to check is no error
-    h.add(2, _t(1.0), _t(1.0))
+    h.add(2, _t(5.0), _t(1.0))
     h.add(3, _t(float("nan")), _t(1.0))  # a step whose update never reached the weights
     h.forget_after(2)
     assert [s for s, _, _ in h.pending] == [2]
     h.check()
     assert h.pending == []
+
+
+def test_check_checkpoint_refuses_another_configuration_or_other_data_by_identity_and_fingerprint(tmp_path):
+    """The stored identity decides (a checkpoint without one, from before identities were stored, is judged by the
+    identity of its own config); a stored data fingerprint must match the corpus's when the corpus has one."""
+    from types import SimpleNamespace
+
+    from pe_bench.config import to_dict
+    from pe_bench.runs import RunFileError
+
+    cfg, other = _cfg(tmp_path), _cfg(tmp_path, "train.lr=1e-3")
+    run = Run(tmp_path / "run")
+    train_mod.check_checkpoint(run, {"config": to_dict(cfg)}, cfg)
+    with pytest.raises(RunFileError, match="belongs to another configuration"):
+        train_mod.check_checkpoint(run, {"config": to_dict(cfg)}, other)
+    stored = {"config": to_dict(other), "identity": train_mod.checkpoint_identity(cfg)}
+    train_mod.check_checkpoint(run, stored, cfg)  # the stored identity wins over the config beside it
+    with pytest.raises(RunFileError, match="belongs to another configuration"):
+        train_mod.check_checkpoint(run, stored, other)
+    ckpt = {"config": to_dict(cfg), "identity": train_mod.checkpoint_identity(cfg), "data": "abc"}
+    train_mod.check_checkpoint(run, ckpt, cfg, SimpleNamespace(fingerprint="abc"))
+    train_mod.check_checkpoint(run, ckpt, cfg, object())  # task data: no fingerprint to compare
+    train_mod.check_checkpoint(run, {**ckpt, "data": None}, cfg, SimpleNamespace(fingerprint="xyz"))
+    with pytest.raises(RunFileError, match="abc → xyz"):
+        train_mod.check_checkpoint(run, ckpt, cfg, SimpleNamespace(fingerprint="xyz"))
