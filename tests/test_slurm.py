@@ -174,6 +174,9 @@ def test_every_scheme_with_two_seeds_runs_as_one_slurm_job_array(tmp_path):
     array_ids = {meta(p)["slurm_job"].split("_")[0] for p in runs}
     assert len(array_ids) == 1  # one array, one task per point
     assert {meta(p)["slurm_job"].split("_")[1] for p in runs} == {str(i) for i in range(n)}
+    for p in runs:  # meta.json names the task's own log, which is there to read
+        log = Path(meta(p)["slurm_log"])
+        assert log.is_file() and meta(p)["slurm_job"] in log.name, (p.name, log)
     for p in runs:  # every point trained and evaluated at L..8L
         ev = pd.read_csv(p / "eval.csv")
         assert sorted(ev[ev["scheme"] == meta(p)["scheme"]]["L_eval"].unique()) == [32, 64, 128, 256]
