@@ -242,10 +242,41 @@ def write_readme() -> None:
     (OUT / "README.md").write_text("\n".join(lines) + "\n")
 
 
+def run_group(group: Group, recheck: bool) -> dict | None:
+    """Run mutmut for one group (only its survivors with ``recheck``); its summary, None when nothing was left."""
+    work = prepare(group)
+    names = list(group.functions)
+    if recheck:
+        names = [n for n, c in verdicts(work, group).items() if c not in KILLED]
+        if not names:
+            print(f"{group.name}: nothing left to recheck")
+            return None
+    t0 = time.perf_counter()
+    run_mutmut(group, work, names)
+    return summarize(group, work, time.perf_counter() - t0)
+
+
+def save(group: Group, summary: dict, keep_before: bool) -> None:
+    """The group's JSON and the README; a recheck keeps the first full run's counts as "before"."""
+    previous = OUT / f"{group.name}.json"
+    if previous.exists():
+        old = json.loads(previous.read_text())
+        before = old.get("before") or (old["modules"] if keep_before else None)
+        if before:
+            summary["before"] = before
+    previous.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    for mod, m in summary["modules"].items():
+        print(f"{group.name:12} {mod:32} {m['killed']:4}/{m['mutants'] - m['equivalent']:<4} killed "
+              f"({100 * m['score']:.1f} %), {m['survived']} survived, {m['equivalent']} equivalent")
+    write_readme()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("groups", nargs="*", help=f"some of: {', '.join(g.name for g in GROUPS)} (default: all)")
     p.add_argument("--recheck", action="store_true", help="run again only the mutants not killed last time")
+    p.add_argument("--summarize", action="store_true",
+                   help="only write the report from what mutmut has recorded (an interrupted run: 'not run' counted)")
     args = p.parse_args()
     by_name = {g.name: g for g in GROUPS}
     unknown = [g for g in args.groups if g not in by_name]
@@ -253,26 +284,9 @@ def main() -> None:
         sys.exit(f"unknown group {unknown[0]!r}: pick from {', '.join(by_name)}")
     OUT.mkdir(parents=True, exist_ok=True)
     for group in [by_name[g] for g in args.groups] or GROUPS:
-        work = prepare(group)
-        names = list(group.functions)
-        if args.recheck:
-            names = [n for n, c in verdicts(work, group).items() if c not in KILLED]
-            if not names:
-                print(f"{group.name}: nothing left to recheck")
-                continue
-        t0 = time.perf_counter()
-        run_mutmut(group, work, names)
-        summary = summarize(group, work, time.perf_counter() - t0)
-        previous = OUT / f"{group.name}.json"
-        if args.recheck and previous.exists():  # the first full run's counts stay as "before"
-            old = json.loads(previous.read_text())
-            summary["before"] = old.get("before") or {m: {k: v for k, v in c.items() if k != "score"} | {
-                "score": c["score"]} for m, c in old["modules"].items()}
-        (OUT / f"{group.name}.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
-        for mod, m in summary["modules"].items():
-            print(f"{group.name:9} {mod:32} {m['killed']:4}/{m['mutants'] - m['equivalent']:<4} killed "
-                  f"({100 * m['score']:.1f} %), {m['survived']} survived, {m['equivalent']} equivalent")
-        write_readme()
+        summary = summarize(group, WORK / group.name, 0) if args.summarize else run_group(group, args.recheck)
+        if summary is not None:
+            save(group, summary, keep_before=args.recheck)
 
 
 if __name__ == "__main__":
