@@ -154,3 +154,107 @@ def test_hybrid_is_the_sum_of_its_parts():
     torch.testing.assert_close(other.score_bias(pos, pos), t5.score_bias(pos, pos) + alibi.score_bias(pos, pos))
     with pytest.raises(ValueError, match="not a scheme to compose"):
         HybridOptions(parts=[{"name": "hybrid"}])
+
+
+def _shaw_by_hand(s, q, probs, q_pos, k_pos, layer):
+    """Shaw et al. eq. 3–4, pair by pair: e_ij gains q_i·a^K_ij / √d and z_i gains Σ_j α_ij a^V_ij, with
+    a_ij = w_clip(j − i, −K, K) (causal: j ≤ i, so the row is min(i − j, K)). float64, (B, H, Tq, Tk) and (B, H, Tq, D)."""
+    B, H, Tq, D = q.shape
+    K = s.options.max_distance
+    wk, wv = s.key_table[layer].detach().double(), s.value_table[layer].detach().double()
+    terms = torch.zeros(B, H, Tq, len(k_pos), dtype=torch.float64)
+    values = torch.zeros(B, H, Tq, D, dtype=torch.float64)
+    for i, qi in enumerate(q_pos.tolist()):
+        for j, kj in enumerate(k_pos.tolist()):
+            if kj > qi:
+                continue
+            row = min(qi - kj, K)
+            terms[:, :, i, j] = q[:, :, i].double() @ wk[row] / math.sqrt(D)
+            values[:, :, i] += probs[:, :, i, j, None].double() * wv[row]
+    return terms, values
+
+
+@pytest.mark.parametrize("q_pos, k_pos", [
+    (torch.arange(12), torch.arange(12)),  # every query from 0: no key is beyond K of all of them
+    (torch.tensor([9, 10, 11]), torch.arange(12)),  # a block of query rows: keys 0..6 are >= K from every query
+    (torch.tensor([9, 10, 11]), torch.tensor([11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])),  # the same keys, reordered
+    (torch.tensor([30, 31]), torch.arange(32)),  # all but the last K + 1 keys far
+], ids=["full", "block", "block-reordered", "long-prefix"])
+def test_shaw_terms_and_values_by_hand_for_every_pair(q_pos, k_pos):
+    """Every (query, key) pair, including keys farther than K from every query of the block (they all share the
+    last row w_K), in whatever order the keys come: the terms and the value vectors match eq. 3–4 entry by entry."""
+    s = Shaw(ShawOptions(max_distance=3), shape())
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # rows of unit scale, so every wrong row shows
+        s.key_table.copy_(torch.randn(s.key_table.shape, generator=g))
+        s.value_table.copy_(torch.randn(s.value_table.shape, generator=g))
+    q = torch.randn(2, 2, len(q_pos), 8, generator=g)
+    future = k_pos[None, :] > q_pos[:, None]
+    probs = torch.softmax(torch.randn(2, 2, len(q_pos), len(k_pos), generator=g).masked_fill(future, -math.inf), -1)
+    expected_terms, expected_values = _shaw_by_hand(s, q, probs, q_pos, k_pos, layer=1)
+    with torch.no_grad():
+        terms = s.score_terms(q, q, q_pos, k_pos, layer=1)
+        values = s.value_terms(probs, q_pos, k_pos, layer=1)
+    assert terms.shape == (2, 2, len(q_pos), len(k_pos))
+    past = ~future.expand_as(terms)
+    torch.testing.assert_close(terms.double()[past], expected_terms[past], atol=1e-5, rtol=0)
+    torch.testing.assert_close(values.double(), expected_values, atol=1e-5, rtol=0)
+
+
+def test_shaw_tables_start_at_init_std():
+    """a^K and a^V: per layer, k + 1 rows of head_dim, drawn N(0, init_std²)."""
+    torch.manual_seed(0)
+    s = Shaw(ShawOptions(max_distance=63, init_std=0.05), ModelShape(d_model=64, n_heads=2, head_dim=32,
+                                                                     train_seq_len=64, n_layers=2))
+    for table in (s.key_table, s.value_table):
+        assert table.shape == (2, 64, 32)
+        assert table.std().item() == pytest.approx(0.05, rel=0.05) and abs(table.mean().item()) < 0.005
+
+
+def _cope_by_hand(cope, q, k, q_pos, k_pos, layer):
+    """Golovneva et al. 2024 §3, pair by pair: g_ij = σ(q_i·k_j/√d) for j ≤ i (0 for the future),
+    p_ij = Σ_{t=j..i} g_it clipped at p_max − 1, term = (1 − w)·q_i·e[⌊p⌋] + w·q_i·e[⌈p⌉], w = p − ⌊p⌋. float64.
+    Also returns the largest unclipped p (to check the clip is reached)."""
+    B, H, Tq, D = q.shape
+    e = cope.pos_emb[layer].detach().double()  # (D, p_max)
+    top = cope.options.max_position - 1
+    terms = torch.zeros(B, H, Tq, len(k_pos), dtype=torch.float64)
+    largest = 0.0
+    for b in range(B):
+        for h in range(H):
+            for i, qi in enumerate(q_pos.tolist()):
+                qv = q[b, h, i].double()
+                gates = [torch.sigmoid(qv @ k[b, h, j].double() / math.sqrt(D)).item() if kj <= qi else 0.0
+                         for j, kj in enumerate(k_pos.tolist())]
+                for j, kj in enumerate(k_pos.tolist()):
+                    if kj > qi:
+                        continue
+                    p = sum(gates[j:])
+                    largest = max(largest, p)
+                    p = min(p, top)
+                    lo, hi = math.floor(p), math.ceil(p)
+                    w = p - lo
+                    terms[b, h, i, j] = (1 - w) * (qv @ e[:, lo]) + w * (qv @ e[:, hi])
+    return terms, largest
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("rows", [slice(None), slice(5, 8)], ids=["all-rows", "block-of-rows"])
+def test_cope_terms_by_hand_for_every_pair(grad, rows):
+    """Random q, k and table, p_max = 4 (so the counts of the farther keys pass p_max − 1 and are clipped): every
+    causal entry of the terms is the paper's interpolated q_i·e[p_ij], with the gates computed on the scale
+    q·k/√d — with autograd (training) and without (evaluation's in-place path), for all rows or a block of them."""
+    cope = CoPE(CoPEOptions(max_position=4), ModelShape(d_model=12, n_heads=3, head_dim=4, train_seq_len=8,
+                                                         n_layers=2))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        cope.pos_emb.copy_(torch.randn(cope.pos_emb.shape, generator=g))
+    q, k = torch.randn(2, 3, 8, 4, generator=g) * 2, torch.randn(2, 3, 8, 4, generator=g) * 2
+    pos = torch.arange(8) + 3
+    q, q_pos = q[:, :, rows], pos[rows]
+    expected, largest = _cope_by_hand(cope, q, k, q_pos, pos, layer=1)
+    assert largest > 3.5  # the clip at p_max − 1 = 3 is reached
+    with torch.set_grad_enabled(grad):
+        terms = cope.score_terms(q, k, q_pos, pos, 1)
+    past = (pos[None, :] <= q_pos[:, None]).expand_as(terms)
+    torch.testing.assert_close(terms.detach().double()[past], expected[past], atol=1e-5, rtol=0)
