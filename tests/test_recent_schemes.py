@@ -146,6 +146,32 @@ def test_rerope_clips_relative_positions_at_the_window():
     assert RoPE(RoPEOptions(scaling={"type": "rerope"}), shape(L=16)).window == 16  # default: the training length
 
 
+@pytest.mark.parametrize("kept", [1.0, 0.5], ids=["rope", "p-rope"])
+def test_rerope_at_the_window_edge_by_hand(kept):
+    """ReRoPE with w = 4 at the distances w − 1, w, w + 1 (and all others) of a block of 3 query rows against
+    their 7 keys: the logit is q·R(min(i − j, w))·k / √d with R the scheme's own rotation — p-RoPE's, with its
+    position-free pairs, when frequencies_kept = 0.5."""
+    opts = dict(frequencies_kept=kept)
+    plain = RoPE(RoPEOptions(**opts), shape(L=16))
+    rerope = RoPE(RoPEOptions(**opts, scaling={"type": "rerope", "window": 4}), shape(L=16))
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(1, 2, 7, 8, generator=g), torch.randn(1, 2, 7, 8, generator=g)
+    pos = torch.arange(7) + 9
+    qr, kr = rerope.rotate(q, k, pos)
+    rows = slice(4, 7)  # queries at 13, 14, 15; keys 9..15
+    logits = (qr[:, :, rows] @ kr.transpose(-1, -2) / math.sqrt(8)
+              + rerope.score_terms(qr[:, :, rows], kr, pos[rows], pos, 0))
+    seen = set()
+    for a, i in enumerate(range(4, 7)):
+        for j in range(i + 1):
+            d = min(i - j, 4)
+            seen.add(i - j)
+            qd, _ = plain.rotate(q[:, :, i:i + 1], q[:, :, i:i + 1], torch.tensor([d]))
+            expected = (qd[0, :, 0] * k[0, :, j]).sum(-1) / math.sqrt(8)
+            torch.testing.assert_close(logits[0, :, a, j], expected, atol=1e-5, rtol=0)
+    assert {3, 4, 5} <= seen
+
+
 def test_dape_adds_the_bias_and_an_mlp_of_every_heads_logit_and_bias():
     """DAPE eq. 5 by hand at a few (i, j): terms = B_h + [W2·LeakyReLU(W1·x + b1) + b2]_h with x the 2H numbers
     (q·k/√d of every head, then B of every head) at (i, j), the MLP of that layer."""
