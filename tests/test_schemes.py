@@ -1,6 +1,7 @@
 """The conformance suite every registered scheme passes automatically, plus the registry/YAML contract."""
 
 import dataclasses
+import importlib
 
 import pytest
 import torch
@@ -189,3 +190,53 @@ def test_leaky_scheme_is_caught_by_the_causality_check():
     with torch.no_grad():
         assert not torch.allclose(model(idx)[:, :9], model(changed)[:, :9], atol=1e-5)
     assert "Leaky" not in [c.__name__ for c in schemes.REGISTRY.values()]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_scheme_keeps_the_options_and_shape_it_was_built_with(name):
+    """``scheme.options`` and ``scheme.shape`` are what the constructor got: labels, eval-time option changes and
+    the hooks read them from there."""
+    spec = scheme_spec(scheme_yaml(name))
+    shape = ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=L_TRAIN, n_layers=2)
+    scheme = spec.cls(spec.options, shape)
+    assert scheme.options is spec.options and scheme.shape is shape
+
+
+def test_registering_a_second_class_under_a_scheme_name_is_refused():
+    """A subclass with a new name is registered under it (``schemes.get`` finds that class); another class under a
+    name already taken raises instead of replacing the first."""
+    name = "test-only-scheme"
+    try:
+        assert name not in schemes.REGISTRY
+
+        class Named(schemes.Scheme):
+            name = "test-only-scheme"
+
+        assert schemes.REGISTRY[name] is Named and schemes.get(name) is Named
+        with pytest.raises(ValueError, match="'test-only-scheme' registered twice"):
+            class Again(schemes.Scheme):
+                name = "test-only-scheme"
+        assert schemes.get(name) is Named
+        with pytest.raises(ValueError, match="'rope' registered twice"):
+            class OtherRope(schemes.Scheme):
+                name = "rope"
+        assert schemes.get("rope").__module__ == "pe_bench.schemes.rope"
+    finally:
+        schemes.REGISTRY.pop(name, None)
+        schemes.REGISTRY["rope"] = importlib.import_module("pe_bench.schemes.rope").RoPE
+
+
+def test_conv_is_a_depthwise_causal_convolution_added_to_the_embeddings():
+    """One K-tap filter per channel (a (C, 1, K) weight, no bias), over x_{t−K+1..t} with zeros before the start,
+    added to x: out[t, c] = x[t, c] + Σ_s w[c, s]·x[t − K + 1 + s, c]."""
+    from pe_bench.schemes.conv import Conv, ConvOptions
+
+    torch.manual_seed(0)
+    conv = Conv(ConvOptions(kernel_size=3), ModelShape(d_model=4, n_heads=1, head_dim=4, train_seq_len=8))
+    assert [tuple(p.shape) for p in conv.parameters()] == [(4, 1, 3)] and conv.conv.bias is None
+    x = torch.randn(2, 6, 4)
+    out = conv.embed(x, torch.arange(6))
+    w = conv.conv.weight[:, 0].detach()
+    padded = torch.cat([torch.zeros(2, 2, 4), x], 1)
+    expected = x + sum(w[:, s] * padded[:, s:s + 6] for s in range(3))
+    torch.testing.assert_close(out, expected)
