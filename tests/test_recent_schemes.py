@@ -111,6 +111,61 @@ def test_layered_refuses_parts_that_act_on_the_input():
         LayeredOptions(parts=[{"name": "rope"}], pattern=[0, 3])
 
 
+def test_each_layer_runs_its_parts_hooks_with_its_own_layer_index():
+    """Layer l runs parts[pattern[l mod 4]], called with l itself (not the part's index), so per-layer parts use
+    that layer's parameters: SSMax's s (rotate), KERPLE's r1, r2 (score_bias), FoX's gates (input_bias), CoPE's
+    table (score_terms) — each made different per layer here."""
+    parts = [{"name": "ssmax"}, {"name": "kerple_power"}, {"name": "fox"}, {"name": "cope"}]
+    s = Layered(LayeredOptions(parts=parts, pattern=[0, 1, 2, 3]), shape(n_layers=8))
+    ssmax, kerple, fox, cope = s.parts
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        ssmax.s.copy_(torch.rand(ssmax.s.shape, generator=g) + 0.5)
+        cope.pos_emb.copy_(torch.randn(cope.pos_emb.shape, generator=g))
+    q, k = torch.randn(1, 2, 6, 8, generator=g), torch.randn(1, 2, 6, 8, generator=g)
+    x = torch.randn(1, 6, 16, generator=g)
+    pos = torch.arange(6) + 2
+    with torch.no_grad():
+        for layer in (4, 5, 6, 7):
+            qs, ks = s.rotate(q, k, pos, layer)
+            bias, data_bias = s.score_bias(pos, pos, layer), s.input_bias(x, layer)
+            terms = s.score_terms(q[:, :, 3:], k, pos[3:], pos, layer)
+            part = [ssmax, kerple, fox, cope][layer % 4]
+            assert s.part(layer) is part
+            expected_q, expected_k = part.rotate(q, k, pos, layer)
+            assert torch.equal(qs, expected_q) and torch.equal(ks, expected_k)
+            for got, want in [(bias, part.score_bias(pos, pos, layer)), (data_bias, part.input_bias(x, layer)),
+                              (terms, part.score_terms(q[:, :, 3:], k, pos[3:], pos, layer))]:
+                assert (got is None) == (want is None) and (got is None or torch.equal(got, want))
+        # the layer's own parameters, not those of layer 0 or of the part's index
+        assert not torch.equal(s.rotate(q, k, pos, 4)[0], ssmax.rotate(q, k, pos, 0)[0])
+        assert not torch.equal(s.score_bias(pos, pos, 5), kerple.score_bias(pos, pos, 1))
+        assert not torch.equal(s.input_bias(x, 6), fox.input_bias(x, 2))
+        assert not torch.equal(s.score_terms(q[:, :, 3:], k, pos[3:], pos, 7),
+                               cope.score_terms(q[:, :, 3:], k, pos[3:], pos, 3))
+
+
+def test_layered_label_lists_the_layers_schemes_unless_both_parts_and_pattern_are_the_defaults():
+    assert Layered(LayeredOptions(), shape()).label() == "layered"
+    assert Layered(LayeredOptions(pattern=[0, 0, 1]), shape()).label() == "rope/rope/nope"
+    assert (Layered(LayeredOptions(parts=[{"name": "rope", "base": 500.0}, {"name": "nope"}]), shape()).label()
+            == "rope[base=500.0]/rope[base=500.0]/rope[base=500.0]/nope")
+
+
+def test_layered_sees_input_parts_inside_a_composite_and_refuses_itself_as_a_part():
+    """A hybrid part is refused when one of its own parts embeds the input (sinusoidal), accepted when none does;
+    a layered scheme cannot be one of its own parts."""
+    with pytest.raises(ValueError, match=r"scheme.parts\[1\] \(hybrid\) acts on the input embedding"):
+        Layered(LayeredOptions(parts=[{"name": "rope"}, {"name": "hybrid"}], pattern=[0, 1]), shape())
+    ok = Layered(LayeredOptions(parts=[{"name": "rope"}, {"name": "hybrid", "parts": [{"name": "rope"},
+                                                                                        {"name": "alibi"}]}],
+                                pattern=[0, 1]), shape())
+    assert [p.name for p in ok.parts] == ["rope", "hybrid"]
+    with pytest.raises(ValueError, match="'layered' is not a scheme to compose") as err:
+        LayeredOptions(parts=[{"name": "rope"}, {"name": "layered"}])
+    assert "layered" not in str(err.value).split("choose from")[1]
+
+
 def test_longrope_divides_each_frequency_by_its_factor_and_switches_past_L():
     """HF's "longrope": θ_k / λ_k with short_factor up to L and long_factor past it; attention factor
     √(1 + ln s / ln L)."""
@@ -210,6 +265,29 @@ def test_ssmax_scales_each_query_by_s_ln_n_with_s_one_over_ln_L():
     assert learned.s.detach().flatten().tolist() == pytest.approx([1 / math.log(16)] * 6)
 
 
+@pytest.mark.parametrize("L", [1, 2, 3])
+def test_ssmax_s_starts_at_one_over_ln_max_L_2(L):
+    """s = 1/ln max(L, 2): the scale s·ln n is 1 at n = max(L, 2) keys (ln 1 = 0 would divide by zero)."""
+    from pe_bench.schemes.ssmax import SSMax, SSMaxOptions
+
+    for learned in (True, False):
+        sm = SSMax(SSMaxOptions(learned=learned), shape(n_layers=1, L=L))
+        q = torch.ones(1, 2, 1, 8)
+        qs, _ = sm.rotate(q, q, torch.tensor([max(L, 2) - 1]), 0)
+        assert qs.flatten().tolist() == pytest.approx([1.0] * 16, rel=1e-6)
+
+
+def test_ssmax_fixed_s_is_not_a_parameter_nor_saved():
+    """learned: false: s is a constant of the configuration — no parameter to train, nothing in the checkpoint;
+    learned: true: s is the one parameter, saved."""
+    from pe_bench.schemes.ssmax import SSMax, SSMaxOptions
+
+    fixed = SSMax(SSMaxOptions(learned=False), shape(n_layers=2, L=16))
+    assert list(fixed.parameters()) == [] and list(fixed.state_dict()) == []
+    learned = SSMax(SSMaxOptions(learned=True), shape(n_layers=2, L=16))
+    assert [n for n, _ in learned.named_parameters()] == ["s"] and list(learned.state_dict()) == ["s"]
+
+
 def test_logn_at_evaluation_scales_queries_beyond_L_only():
     """The training-free form (eval.logn): max(1, ln n / ln L) — 1 for every n <= L, ln 256 / ln 16 = 2 at n = 256."""
     from pe_bench.model import logn_beyond
@@ -235,6 +313,19 @@ def test_fox_with_a_constant_gate_is_alibi_with_slope_minus_ln_f():
     i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
     keep = j <= i
     assert d[keep].tolist() == pytest.approx(((i - j)[keep] * ln_f).tolist(), abs=1e-6)
+
+
+def test_fox_gates_start_with_weights_n_0_0_02_and_bias_5():
+    """The reference initialisation: w ~ N(0, 0.02²) (one (H, C) weight per layer), b = gate_bias_init."""
+    from pe_bench.schemes.fox import Fox, FoxOptions
+
+    torch.manual_seed(0)
+    fox = Fox(FoxOptions(gate_bias_init=3.0), ModelShape(d_model=256, n_heads=8, head_dim=32, train_seq_len=64,
+                                                         n_layers=4))
+    w = torch.stack([g.weight.detach() for g in fox.gates])
+    assert w.shape == (4, 8, 256)  # 8192 draws: the sample std is within 2% of 0.02, the mean within 0.001 of 0
+    assert w.std().item() == pytest.approx(0.02, rel=0.02) and abs(w.mean().item()) < 0.001
+    assert all(torch.equal(g.bias, torch.full((8,), 3.0)) for g in fox.gates)
 
 
 def test_fox_gates_depend_on_the_tokens():
