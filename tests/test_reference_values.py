@@ -114,3 +114,26 @@ def test_learned_table_policies_past_its_length():
     assert abs(a[0, 8:].std().item() - 0.02) < 0.015
     with pytest.raises(ValueError, match="beyond_table must be one of"):
         LearnedOptions(beyond_table="wrap")
+
+
+def test_learned_table_starts_at_init_std():
+    torch.manual_seed(0)
+    table = Learned(LearnedOptions(init_std=0.05), ModelShape(d_model=64, n_heads=1, head_dim=64,
+                                                              train_seq_len=64)).table
+    assert table.shape == (64, 64)  # one row per position seen in training
+    assert table.std().item() == pytest.approx(0.05, rel=0.05) and abs(table.mean().item()) < 0.005
+
+
+@pytest.mark.parametrize("length", [9, 16])
+def test_learned_extend_at_length_l_is_the_table_a_fine_tune_to_l_extends_to(length):
+    """beyond_table=extend evaluated at L' (from the first position past the table, L' = L + 1, on) sees the L
+    trained rows followed by exactly the untrained rows that a fine-tune to L' appends with how=extend."""
+    # d = 6: torch's normal draws of n·6 numbers are not a prefix of those of (n + 1)·6, so the count of rows shows
+    shape = ModelShape(d_model=6, n_heads=1, head_dim=6, train_seq_len=8)
+    parent = Learned(LearnedOptions(beyond_table="extend"), shape)
+    out = parent.embed(torch.zeros(1, length, 6), torch.arange(length))[0]
+    child = Learned(LearnedOptions(), ModelShape(d_model=6, n_heads=1, head_dim=6, train_seq_len=length))
+    state = {"table": parent.table.detach()}
+    child.inherit(state, "", "extend")
+    assert state["table"].shape == (length, 6)
+    torch.testing.assert_close(out, state["table"], rtol=0, atol=0)
