@@ -78,6 +78,27 @@ def test_xpos_decay_factor_at_a_distance(m, n):
         assert got == pytest.approx(math.cos((m - n) * theta) * zeta ** ((m - n) / 512), rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.parametrize("m,n", [(100, 0), (37, 30), (5, 5), (2000, 1990)])
+def test_xpos_decay_uses_the_configured_gamma_and_scale_base(m, n):
+    """γ_ζ = 0.2 and scale base 64: q·k on pair k is cos((m−n)θ_k)·ζ_k^((m−n)/64), ζ_k = (2k/d + 0.2)/1.2."""
+    d = 8
+    xp = XPos(XPosOptions(gamma=0.2, scale_base=64.0), ModelShape(d_model=8, n_heads=1, head_dim=d,
+                                                                     train_seq_len=64))
+    for pair in range(d // 2):
+        e = torch.zeros(1, 1, 2, d)
+        e[..., pair] = 1.0
+        q, k = xp.rotate(e, e, torch.tensor([n, m]))
+        got = (q[0, 0, 1] @ k[0, 0, 0]).item()
+        zeta = (2 * pair / d + 0.2) / 1.2
+        expected = math.cos((m - n) * 10000 ** (-2 * pair / d)) * zeta ** ((m - n) / 64)
+        assert got == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_xpos_refuses_an_odd_head_dimension_by_name():
+    with pytest.raises(ValueError, match="xpos rotates pairs of dimensions"):
+        XPos(XPosOptions(), ModelShape(d_model=9, n_heads=1, head_dim=9, train_seq_len=64))
+
+
 def test_xpos_is_stable_at_long_lengths():
     xp = XPos(XPosOptions(), ModelShape(d_model=64, n_heads=1, head_dim=64, train_seq_len=512))
     x = torch.randn(1, 1, 4096, 64)
@@ -112,6 +133,19 @@ def test_kerple_kernels():
         power.r1[1, 0] = alibi_slopes(2)[0]  # layer 1, head 0
     alibi = -alibi_slopes(2)[0] * (pos[:, None] - pos[None, :]).clamp(min=0)
     torch.testing.assert_close(power.score_bias(pos, pos, 1)[0], alibi.float())  # ALiBi is KERPLE-power, r2 = 1
+
+
+@pytest.mark.parametrize("r2, exponent", [(-1.0, 1e-2), (0.0, 1e-2), (0.5, 0.5), (2.5, 2.0)])
+def test_kerple_power_exponent_is_clamped_into_eps_2(r2, exponent):
+    """0 < r2 <= 2: the exponent the kernel uses is r2 clamped into [1e-2, 2] (so r2 <= 0 is a near-flat bias, not
+    a growing one)."""
+    power = KerplePower(KerpleOptions(), shape())
+    with torch.no_grad():
+        power.r1.fill_(0.5), power.r2.fill_(r2)
+    pos = torch.arange(10)
+    bias = power.score_bias(pos, pos, 1)
+    for i, j in [(9, 0), (9, 7), (3, 2)]:
+        assert bias[0, i, j].item() == pytest.approx(-0.5 * (i - j) ** exponent, rel=1e-5)
 
 
 def test_fire_normalises_log_distance_by_log_query_position():
