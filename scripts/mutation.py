@@ -178,7 +178,7 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
     modules: dict[str, dict] = {}
     listed = []
     for name, code in sorted(codes.items(), key=lambda kv: _natural(kv[0])):
-        module = name.split(".x")[0]
+        module = name.rsplit(".", 1)[0]
         m = modules.setdefault(module, {"mutants": 0, "killed": 0, "survived": 0, "equivalent": 0, "no_tests": 0,
                                         "not_run": 0})
         m["mutants"] += 1
@@ -203,6 +203,7 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
         e["function"].startswith(mod + ".") for mod in modules)]
     return {"group": group.name, "files": group.files, "functions": group.functions, "tests": group.tests,
             "pytest_args": NOT_SLOW + list(group.pytest_args), "seconds": round(seconds), "modules": modules,
+            "killed": sorted((n for n, c in codes.items() if c in KILLED), key=_natural),
             "not_killed": listed, "stale_equivalents": stale}
 
 
@@ -211,29 +212,50 @@ def _natural(name: str) -> tuple:
     return (head, int(n) if n.isdigit() else -1)
 
 
+RANK = ("killed", "equivalent", "survived", "no_tests", "not_run")  # a mutant's best verdict over the groups comes first
+
+
+def combined(groups: list[dict]) -> dict[str, dict[str, str]]:
+    """module → mutant → its best verdict over every group that ran it (killed by any group's tests is killed)."""
+    best: dict[str, dict[str, str]] = {}
+    verdicts_seen = [(n, "killed") for g in groups for n in g.get("killed", [])]
+    verdicts_seen += [(x["mutant"], x["status"]) for g in groups for x in g["not_killed"]]
+    for name, status in verdicts_seen:
+        mod = best.setdefault(name.rsplit(".", 1)[0], {})
+        if name not in mod or RANK.index(status) < RANK.index(mod[name]):
+            mod[name] = status
+    return best
+
+
 def write_readme() -> None:
-    """results/mutation/README.md from every group's JSON: the table per module, then what was not killed."""
+    """results/mutation/README.md from every group's JSON: per module the best verdict of each mutant over the
+    groups that ran it, the score before → after, then every mutant not killed with its change."""
     groups = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
     import mutmut
 
+    best = combined(groups)
     lines = ["# Mutation testing", "",
              f"Written by `scripts/mutation.py` (mutmut {getattr(mutmut, '__version__', '?')}); each group's tests "
              "are listed in its JSON. killed: a test failed (or the mutant ran past mutmut's CPU limit); "
-             "equivalent: no test can tell it apart (reason in scripts/mutation_equivalent.toml); "
-             "score = killed / (mutants − equivalent), before → after the tests written against the first run's "
-             "survivors. Error-message text and logging are not mutated.", "",
-             "| group | module | mutants | killed | survived | equivalent | no tests | score |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "equivalent: no test can tell it apart (reason in scripts/mutation_equivalent.toml); no tests: none of "
+             "the group's tests reaches the function; score = killed / (mutants − equivalent), first run → now "
+             "(after the tests written against the first run's survivors). A module run by several groups counts a "
+             "mutant killed if any group's tests kill it. Error-message text and logging are not mutated.", "",
+             "| module | groups | mutants | killed | survived | equivalent | no tests | not run | score |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for mod, v in sorted(best.items()):
+        n = {k: sum(1 for x in v.values() if x == k) for k in RANK}
+        names = [g["group"] for g in groups if mod in g["modules"]]
+        before = next((g["before"][mod] for g in groups if mod in (g.get("before") or {})), None)
+        score = n["killed"] / max(1, len(v) - n["equivalent"])
+        was = f"{100 * before['score']:.1f} % → " if before else ""
+        lines.append(f"| `{mod}` | {', '.join(names)} | {len(v)} | {n['killed']} | {n['survived']} | "
+                     f"{n['equivalent']} | {n['no_tests']} | {n['not_run']} | {was}{100 * score:.1f} % |")
     for g in groups:
-        for mod, m in sorted(g["modules"].items()):
-            before = g.get("before", {}).get(mod)
-            was = f"{100 * before['score']:.1f} % → " if before else ""
-            lines.append(f"| {g['group']} | `{mod}` | {m['mutants']} | {m['killed']} | {m['survived']} | "
-                         f"{m['equivalent']} | {m['no_tests']} | {was}{100 * m['score']:.1f} % |")
-    for g in groups:
-        rest = [x for x in g["not_killed"] if x["status"] != "equivalent"]
-        eq = [x for x in g["not_killed"] if x["status"] == "equivalent"]
-        lines += ["", f"## {g['group']}: {len(rest)} not killed, {len(eq)} equivalent ({g['seconds']} s)", ""]
+        rest = [x for x in g["not_killed"] if best[x["mutant"].rsplit(".", 1)[0]][x["mutant"]] == x["status"]]
+        eq = [x for x in rest if x["status"] == "equivalent"]
+        rest = [x for x in rest if x["status"] != "equivalent"]
+        lines += ["", f"## {g['group']}: {len(rest)} not killed, {len(eq)} equivalent", ""]
         lines += [f"- {x['status']}: `{x['function']}`: " + " → ".join(f"`{c}`" for c in x["change"]) for x in rest]
         lines += [f"- equivalent: `{x['function']}`: " + " → ".join(f"`{c}`" for c in x["change"])
                   + f" — {x['reason']}" for x in eq]
@@ -261,6 +283,7 @@ def save(group: Group, summary: dict, keep_before: bool) -> None:
     previous = OUT / f"{group.name}.json"
     if previous.exists():
         old = json.loads(previous.read_text())
+        summary["seconds"] = summary["seconds"] or old.get("seconds", 0)  # --summarize ran nothing
         before = old.get("before") or (old["modules"] if keep_before else None)
         if before:
             summary["before"] = before
