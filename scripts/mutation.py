@@ -144,16 +144,23 @@ def mutant_diffs(work: Path, names: list[str]) -> dict[str, tuple[str, list[str]
     wanted, out = set(names), {}
     for path in (work / "mutants" / "pe_bench").rglob("*.py"):
         module = ".".join(path.relative_to(work / "mutants").with_suffix("").parts)
+        if not any(n.startswith(module + ".") for n in wanted):
+            continue
         src = path.read_text()
+        text = src.splitlines()
         defs = {n.name: n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+        def source(node: ast.AST, name: str, base: str) -> list[str]:
+            return [line.replace(name, base) for line in text[node.lineno - 1: node.end_lineno]]
+
         for fname, node in defs.items():
             full = f"{module}.{fname}"
             if full not in wanted:
                 continue
             base = fname.rsplit("__mutmut_", 1)[0]
             orig = defs.get(base + "__mutmut_orig")
-            a = ast.get_source_segment(src, orig).replace(base + "__mutmut_orig", base).splitlines() if orig else []
-            b = ast.get_source_segment(src, node).replace(fname, base).splitlines()
+            a = source(orig, base + "__mutmut_orig", base) if orig else []
+            b = source(node, fname, base)
             changed = [line for line in difflib.unified_diff(a, b, lineterm="", n=0)
                        if line[:1] in "+-" and not line.startswith(("+++", "---"))]
             function = re.sub(r"^xǁ|^x_", "", base).replace("ǁ", ".")  # x_f → f, xǁClassǁmethod → Class.method
