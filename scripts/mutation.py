@@ -1,7 +1,7 @@
 """Mutation testing of the code whose numbers end up in a table, with mutmut (PyPI; not a pe-bench dependency).
 
     .venv/bin/pip install "mutmut>=3.8,<4"
-    .venv/bin/python scripts/mutation.py                 # every group (about an hour on 2 cores)
+    .venv/bin/python scripts/mutation.py                 # every group (several hours on 2 cores; resumable)
     .venv/bin/python scripts/mutation.py stats identity  # some groups
     .venv/bin/python scripts/mutation.py --recheck stats # only the mutants that were not killed last time
 
