@@ -353,9 +353,11 @@ def test_the_scored_span_and_the_feasibility_check_at_their_boundaries():
         check_feasible(cfg, 64)
 
 
-def test_each_pass_reports_its_windows_to_its_progress_bar(setup, monkeypatch):
+@pytest.mark.parametrize("modes", ["[nonoverlapping,sliding]", "[sliding]"])
+def test_each_pass_reports_its_windows_to_its_progress_bar(setup, monkeypatch, modes):
     """One progress display per length × mode, named after the run and the pass, sized by the pass's windows and
-    advanced to exactly that count; bars only where use_bar says so (a terminal), nothing at all when quiet."""
+    advanced to exactly that count (no pass a mode did not ask for); bars only where use_bar says so (a terminal),
+    nothing at all when quiet."""
     from pe_bench import evaluate as evaluate_mod
 
     shown = []
@@ -371,7 +373,7 @@ def test_each_pass_reports_its_windows_to_its_progress_bar(setup, monkeypatch):
 
     _, model, tokens, tb = setup
     cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
-                   "eval.lengths=[16,32]", "eval.stride=8", "eval.modes=[nonoverlapping,sliding]"])
+                   "eval.lengths=[16,32]", "eval.stride=8", f"eval.modes={modes}"])
     monkeypatch.setattr(evaluate_mod, "EvalProgress", Recorder)
     for bar in (True, False):
         monkeypatch.setattr(evaluate_mod, "use_bar", lambda progress, bar=bar: progress and bar)
