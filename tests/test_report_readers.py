@@ -382,3 +382,24 @@ def test_an_analysis_of_an_eval_time_variant_goes_to_its_own_folder(results):
     folder = rope / "analysis-rope_yarn_8"
     assert set(pd.read_csv(folder / "attention.csv")["scheme"]) == {"rope+yarn×8"}
     assert json.loads((folder / "analysis.json").read_text())["step"] == 20
+
+
+KEYS = ("scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride", "S",
+        "budget", "seed")
+
+
+@pytest.mark.parametrize("prefix", ["rope", "alibi"])
+def test_a_diverged_runs_rows_stand_exactly_where_its_evaluation_rows_would(trained, prefix):
+    """The 'diverged' rows of a run are keyed like the rows its evaluation writes (every length, both modes, the
+    same strides, S and budgets), carry no number, and name the step training diverged at."""
+    from pe_bench.report import _diverged_rows, read_eval_rows
+
+    run = Run(run_named(trained[0], prefix))
+    meta = run.meta()
+    real = read_eval_rows(run, meta)
+    rows = _diverged_rows(run.load_config(), {**meta, "diverged_step": 17})
+    assert [{k: str(r[k]) for k in KEYS} for r in rows] == [{k: str(r[k]) for k in KEYS} for r in real]
+    for r in rows:
+        assert (r["loss"], r["ppl"], r["bpb"], r["tokens_scored"], r["status"], r["step"]) == (
+            "nan", "nan", "nan", 0, "diverged", ""), r
+        assert r["note"] == "training diverged at step 17"
