@@ -152,3 +152,46 @@ def test_a_group_with_a_row_without_per_window_losses_gets_no_bold_marks(tmp_pat
     write_tables(_compared_rows(0.05, windows_of_b=False), tmp_path, "t")
     md = (tmp_path / "comparison.md").read_text()
     assert set(table_rows(md)) == {"A", "B"} and "| **" not in md  # nothing is claimed
+
+
+def _paired_rows(rng, specs):
+    """Collected rows with per-window losses; spec = (scheme, split, L_eval, step, extra nats/token)."""
+    import numpy as np
+
+    from pe_bench.report import Collected, window_key
+
+    rows, win = [], {}
+    difficulty = rng.gamma(4.0, 0.5, 200)
+    tokens = np.full(200, 32.0)
+    for scheme, split, n, step, extra in specs:
+        nll = (difficulty + extra + rng.normal(0, 0.02, 200)) * tokens
+        r = {"run": f"{scheme}-0", "scheme": scheme, "label": scheme, "L_train": 32, "L_eval": n,
+             "mode": "nonoverlapping", "split": split, "stride": n, "S": "", "budget": "6400", "step": step,
+             "steps": 10, "seed": 0, "status": "ok", "tokens_scored": int(tokens.sum()), "precision": "",
+             "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": scheme, "group": "g"}
+        rows.append(r)
+        win[window_key(r["run"], r)] = (nll, tokens)
+    return Collected(pd.DataFrame(rows), win)
+
+
+def test_compare_by_default_pairs_only_the_validation_rows_of_the_two_schemes_of_finished_runs():
+    """Defaults: the validation split, both modes, finished evaluations only. Rows of the test split (where B is the
+    better one), of a third scheme and of a partial evaluation never enter the paired difference; the partial
+    setting is named as left out and nothing else is."""
+    import numpy as np
+
+    from pe_bench.report import compare
+
+    col = _paired_rows(np.random.default_rng(0), [
+        ("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05),
+        ("A", "test", 32, 10, 0.05), ("B", "test", 32, 10, 0.0),
+        ("C", "validation", 32, 10, 0.5), ("C", "validation", 128, 10, 0.5),
+        ("A", "validation", 64, 4, 0.0), ("B", "validation", 64, 4, 0.05)])
+    t = compare(col, "A", "B")
+    assert t[["mode", "L_eval", "verdict", "excludes 0"]].values.tolist() == [["nonoverlapping", 32, "A lower", "yes"]]
+    v = col.df[col.df["split"] == "validation"].set_index(["scheme", "L_eval"])["ppl"]
+    assert (t["ppl A"].iloc[0], t["ppl B"].iloc[0]) == (round(v[("A", 32)], 3), round(v[("B", 32)], 3))
+    assert t.attrs["left_out"] == ["A vs B (-) at nonoverlapping 64: a partial evaluation (step 4/10); compared only "
+                                   "with --partial"]
+    assert compare(col, "A", "B", partial=True)["L_eval"].tolist() == [32, 64]
+    assert compare(col, "A", "B", split="test")["verdict"].tolist() == ["B lower"]
