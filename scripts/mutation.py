@@ -39,6 +39,10 @@ EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.toml"
 DO_NOT_MUTATE = [r"^\s*raise ", r"^\s*(log|logger|warnings)\.", r"^\s*print\("]
 NOT_SLOW = ["-p", "no:cacheprovider", "-p", "no:randomly", "-m", "not slow and not slurm and not cuda"]
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or mutmut's CPU limit
+TIMEOUTS = {24, -24, 152}  # SIGXCPU: past the CPU limit, or past mutmut's wall-clock bound (half the CPU limit)
+# mutmut's wall-clock bound fires on a loaded machine too: a limit of 50× the tests' own time keeps it for real
+# hangs (a bisection that never ends), and --recheck runs every timeout again.
+TIMEOUT_MULTIPLIER = 50.0
 SURVIVED = {0}
 NO_TESTS = {5, 33}
 
@@ -104,6 +108,7 @@ def prepare(group: Group) -> Path:
         "pytest_add_cli_args_test_selection": list(group.tests),
         "pytest_add_cli_args": NOT_SLOW + list(group.pytest_args),
         "process_isolation": "forkserver",  # torch is not fork-safe after the test collection
+        "timeout_multiplier": TIMEOUT_MULTIPLIER,
         "use_git_change_detection": False,
     }
     text = (ROOT / "pyproject.toml").read_text() + "\n[tool.mutmut]\n" + "".join(
@@ -211,6 +216,7 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
     return {"group": group.name, "files": group.files, "functions": group.functions, "tests": group.tests,
             "pytest_args": NOT_SLOW + list(group.pytest_args), "seconds": round(seconds), "modules": modules,
             "killed": sorted((n for n, c in codes.items() if c in KILLED), key=_natural),
+            "timeouts": sorted((n for n, c in codes.items() if c in TIMEOUTS), key=_natural),
             "not_killed": listed, "stale_equivalents": stale}
 
 
@@ -243,20 +249,24 @@ def write_readme() -> None:
     best = combined(groups)
     lines = ["# Mutation testing", "",
              f"Written by `scripts/mutation.py` (mutmut {getattr(mutmut, '__version__', '?')}); each group's tests "
-             "are listed in its JSON. killed: a test failed (or the mutant ran past mutmut's CPU limit); "
+             "are listed in its JSON. killed: a test failed, or the mutant's tests ran past mutmut's limit "
+             f"({TIMEOUT_MULTIPLIER:g}× their own time: an endless loop; counted apart as timeouts); "
              "equivalent: no test can tell it apart (reason in scripts/mutation_equivalent.toml); no tests: none of "
              "the group's tests reaches the function; score = killed / (mutants − equivalent), first run → now "
              "(after the tests written against the first run's survivors). A module run by several groups counts a "
              "mutant killed if any group's tests kill it. Error-message text and logging are not mutated.", "",
-             "| module | groups | mutants | killed | survived | equivalent | no tests | not run | score |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| module | groups | mutants | killed | of which timeouts | survived | equivalent | no tests | not run "
+             "| score |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    timeouts = {n for g in groups for n in g.get("timeouts", [])}
     for mod, v in sorted(best.items()):
         n = {k: sum(1 for x in v.values() if x == k) for k in RANK}
         names = [g["group"] for g in groups if mod in g["modules"]]
         before = next((g["before"][mod] for g in groups if mod in (g.get("before") or {})), None)
         score = n["killed"] / max(1, len(v) - n["equivalent"])
         was = f"{100 * before['score']:.1f} % → " if before else ""
-        lines.append(f"| `{mod}` | {', '.join(names)} | {len(v)} | {n['killed']} | {n['survived']} | "
+        slow = sum(1 for name, x in v.items() if x == "killed" and name in timeouts)
+        lines.append(f"| `{mod}` | {', '.join(names)} | {len(v)} | {n['killed']} | {slow} | {n['survived']} | "
                      f"{n['equivalent']} | {n['no_tests']} | {n['not_run']} | {was}{100 * score:.1f} % |")
     for g in groups:
         rest = [x for x in g["not_killed"] if best[x["mutant"].rsplit(".", 1)[0]][x["mutant"]] == x["status"]]
@@ -276,7 +286,7 @@ def run_group(group: Group, recheck: bool) -> dict | None:
     work = prepare(group)
     names = list(group.functions)
     if recheck:
-        names = [n for n, c in verdicts(work, group).items() if c not in KILLED]
+        names = [n for n, c in verdicts(work, group).items() if c not in KILLED or c in TIMEOUTS]
         if not names:
             print(f"{group.name}: nothing left to recheck")
             return None
