@@ -58,8 +58,12 @@ class Group:
     pytest_args: tuple[str, ...] = ()
 
 
+# The scheme tests, and tests/test_schemes_<module>.py: each scheme's math against an independent computation, and
+# its FlexAttention score_mod evaluated eagerly against the explicit scores (compiling flex on a CPU is too slow to
+# run once per mutant; tests/test_backends.py compiles it once per scheme).
 SCHEME_TESTS = ("tests/test_schemes.py", "tests/test_reference_values.py", "tests/test_zoo_reference_values.py",
-                "tests/test_recent_schemes.py", "tests/test_rope_scaling.py", "tests/test_bias_mask.py")
+                "tests/test_recent_schemes.py", "tests/test_rope_scaling.py", "tests/test_bias_mask.py",
+                *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_schemes_*.py")))
 GROUPS = [
     Group("stats", ("pe_bench/stats.py",), ("tests/test_stats.py",)),
     Group("evaluate", ("pe_bench/evaluate.py",), ("tests/test_evaluate.py",)),
@@ -78,13 +82,6 @@ GROUPS = [
               "comparison", "row_names", "_cell_stats", "best_marks", "_paired", "compare", "_compared", "_mark")),
           ("-k", "not two_processes")),  # the same report from two processes: a subprocess, seen by no mutant
     Group("schemes", ("pe_bench/schemes/*.py",), SCHEME_TESTS),
-    # What the scheme tests do not reach: FlexAttention's score_mod, the backend checks, the hooks of composed
-    # schemes, and inheriting a parent's weights in a fine-tune.
-    Group("scheme-hooks", ("pe_bench/schemes/*.py",), ("tests/test_backends.py", "tests/test_finetune.py",
-                                                        "tests/test_schemes.py"),
-          tuple(f"pe_bench.schemes.*ǁ{m}__mutmut_*" for m in (
-              "score_mod", "flex_problem", "inherit", "Compositeǁscore_terms", "Compositeǁvalue_terms",
-              "Compositeǁattention_weights", "Layeredǁattention_weights", "Layeredǁvalue_terms"))),
 ]
 
 
