@@ -145,7 +145,7 @@ def mutant_diffs(work: Path, names: list[str]) -> dict[str, tuple[str, list[str]
     """mutant name → (function, the changed lines '-old' / '+new'), read from mutmut's trampolined sources."""
     wanted, out = set(names), {}
     for path in (work / "mutants" / "pe_bench").rglob("*.py"):
-        module = ".".join(path.relative_to(work / "mutants").with_suffix("").parts)
+        module = ".".join(path.relative_to(work / "mutants").with_suffix("").parts).removesuffix(".__init__")
         if not any(n.startswith(module + ".") for n in wanted):
             continue
         src = path.read_text()
