@@ -151,3 +151,18 @@ def test_fire_blocks_of_rows_stay_on_the_positions_device(monkeypatch):
         got = f.score_bias(pos, pos)
     assert got.device == pos.device
     torch.testing.assert_close(got.cpu().double(), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [2**20, 40, 7], ids=["all-rows", "blocks", "row-by-row"])
+def test_fire_bias_under_bf16_autocast_does_not_depend_on_the_blocks(budget, monkeypatch):
+    """Blocking rows is a memory bound only: under autocast (precision=bf16, CPU too) the bias has the dtype and the
+    values of the all-rows computation at every budget."""
+    f = _fire(L=8, mlp_width=4)
+    pos = torch.arange(13)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = f.score_bias(pos, pos)
+        monkeypatch.setattr(fire_mod, "HIDDEN_BUDGET", budget)
+        got = f.score_bias(pos, pos)
+    assert want.dtype == torch.bfloat16 and got.dtype == want.dtype
+    assert torch.equal(got, want)
+

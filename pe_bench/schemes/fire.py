@@ -45,8 +45,10 @@ class FireLayer(nn.Module):
         rows = max(1, HIDDEN_BUDGET // max(1, k_pos.shape[0] * self.mlp[0].out_features))
         if not lean_inference() or rows >= q_pos.shape[0]:
             return self.bias(q_pos, k_pos)
-        out = torch.empty(self.mlp[2].out_features, q_pos.shape[0], k_pos.shape[0], device=q_pos.device)
-        for i in range(0, q_pos.shape[0], rows):
+        first = self.bias(q_pos[:rows], k_pos)  # its dtype (autocast's, if on) is the all-rows path's too
+        out = first.new_empty(first.shape[0], q_pos.shape[0], k_pos.shape[0])
+        out[:, :rows] = first
+        for i in range(rows, q_pos.shape[0], rows):
             out[:, i:i + rows] = self.bias(q_pos[i:i + rows], k_pos)
         return out
 
