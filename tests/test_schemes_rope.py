@@ -33,7 +33,8 @@ def shape(head_dim=8, n_heads=2, train_seq_len=16, **kw):
 
 
 def rope(head_dim=8, train_seq_len=16, scaling=None, **options):
-    return RoPE(RoPEOptions(scaling=RoPEScaling(**(scaling or {})), **options), shape(head_dim, train_seq_len=train_seq_len))
+    return RoPE(RoPEOptions(scaling=RoPEScaling(**(scaling or {})), **options),
+                shape(head_dim, train_seq_len=train_seq_len))
 
 
 def rotated_by_hand(x, angles_per_pair, attention=1.0):
@@ -90,7 +91,7 @@ def test_hope_keeps_only_p_ropes_pairs_that_also_complete_a_period():
 
 
 def test_hope_rotates_a_frequency_that_completes_exactly_one_period_within_the_training_length():
-    """θ_k·L >= 2π: a pair turning exactly once over L rotates. base = (L/2π)², d = 4: θ_1·L = 2π (in float64)."""
+    """θ_k·L >= 2π: a pair turning exactly once over L rotates. base = (L/2π)², d = 4: θ_1·L = 2π in float64."""
     L = 8
     base = (L / (2 * math.pi)) ** 2
     assert inv_freq(4, base)[1].item() * L == 2 * math.pi  # the boundary case, exactly
