@@ -46,6 +46,16 @@ def test_layered_score_bias_defaults_to_layer_0_like_the_base_hook():
     assert s.score_bias(pos, pos, 1) is None
 
 
+def test_layered_rotate_defaults_to_layer_0_like_the_base_hook():
+    """Called without a layer, layered rotates as layer 0's part (RoPE here), not as another layer's (NoPE)."""
+    s = Layered(LayeredOptions(parts=[{"name": "rope"}, {"name": "nope"}], pattern=[0, 1]), shape())
+    torch.manual_seed(0)
+    q, k, pos = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.arange(5)
+    for got, want in zip(s.rotate(q, k, pos), s.parts[0].rotate(q, k, pos, 0)):
+        torch.testing.assert_close(got, want)
+    assert not torch.equal(s.rotate(q, k, pos)[0], q)
+
+
 def test_layered_pattern_index_equal_to_the_number_of_parts_is_refused():
     """Indices run 0..len(parts) − 1: pattern index 2 with two parts is an error when the options are made."""
     with pytest.raises(ValueError, match=r"scheme.pattern has 2, but scheme.parts has 2 schemes \(indices 0..1\)"):
