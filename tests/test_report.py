@@ -177,21 +177,24 @@ def _paired_rows(rng, specs):
 def test_compare_by_default_pairs_only_the_validation_rows_of_the_two_schemes_of_finished_runs():
     """Defaults: the validation split, both modes, finished evaluations only. Rows of the test split (where B is the
     better one), of a third scheme and of a partial evaluation never enter the paired difference; the partial
-    setting is named as left out and nothing else is."""
+    setting is named as left out and nothing else is; rows come out by mode and length, whatever the input order."""
     import numpy as np
 
     from pe_bench.report import compare
 
     col = _paired_rows(np.random.default_rng(0), [
+        ("A", "validation", 128, 10, 0.0), ("B", "validation", 128, 10, 0.05),  # first: rows come out by length
         ("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05),
         ("A", "test", 32, 10, 0.05), ("B", "test", 32, 10, 0.0),
         ("C", "validation", 32, 10, 0.5), ("C", "validation", 128, 10, 0.5),
         ("A", "validation", 64, 4, 0.0), ("B", "validation", 64, 4, 0.05)])
     t = compare(col, "A", "B")
-    assert t[["mode", "L_eval", "verdict", "excludes 0"]].values.tolist() == [["nonoverlapping", 32, "A lower", "yes"]]
+    assert t[["mode", "L_eval", "verdict", "excludes 0"]].values.tolist() == [["nonoverlapping", 32, "A lower", "yes"],
+                                                                              ["nonoverlapping", 128, "A lower", "yes"]]
     v = col.df[col.df["split"] == "validation"].set_index(["scheme", "L_eval"])["ppl"]
     assert (t["ppl A"].iloc[0], t["ppl B"].iloc[0]) == (round(v[("A", 32)], 3), round(v[("B", 32)], 3))
     assert t.attrs["left_out"] == ["A vs B (-) at nonoverlapping 64: a partial evaluation (step 4/10); compared only "
                                    "with --partial"]
-    assert compare(col, "A", "B", partial=True)["L_eval"].tolist() == [32, 64]
+    assert compare(col, "A", "B", partial=True)["L_eval"].tolist() == [32, 64, 128]
     assert compare(col, "A", "B", split="test")["verdict"].tolist() == ["B lower"]
+    assert compare(col, "A", "B", split="test").attrs["left_out"] == []

@@ -403,3 +403,48 @@ def test_a_diverged_runs_rows_stand_exactly_where_its_evaluation_rows_would(trai
         assert (r["loss"], r["ppl"], r["bpb"], r["tokens_scored"], r["status"], r["step"]) == (
             "nan", "nan", "nan", 0, "diverged", ""), r
         assert r["note"] == "training diverged at step 17"
+
+
+def test_a_diverged_run_says_diverged_under_the_label_of_each_of_its_eval_time_variants(trained):
+    """With eval.variants on, a diverged rope run has 'diverged' rows under rope's label and under each eval-time
+    variant's own label (configs/scheme/rope.yaml), each with the base scheme's keys; with it off, rope's only."""
+    import dataclasses
+
+    import yaml
+
+    from pe_bench.config import config_dir
+    from pe_bench.report import _diverged_rows
+
+    run = Run(run_named(trained[0], "rope"))
+    cfg = run.load_config()
+    on = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, variants=True))
+    rows = _diverged_rows(on, {"diverged_step": 2})
+    labels = list(dict.fromkeys(r["scheme"] for r in rows))
+    variants = yaml.safe_load((config_dir() / "scheme" / "rope.yaml").read_text())["eval_variants"]
+    assert len(labels) == 1 + len(variants) and labels[0] == "rope" and "rope+yarn×8" in labels
+    assert all(label.startswith("rope+") for label in labels[1:])
+    alone = _diverged_rows(cfg, {"diverged_step": 2})
+    assert {r["scheme"] for r in alone} == {"rope"}
+    for label in labels:
+        assert [{**r, "scheme": "rope"} for r in rows if r["scheme"] == label] == alone
+
+
+def test_a_diverged_runs_length_ratios_are_rounded_like_its_evaluation_rows():
+    """L = 48 evaluated at 48 and 100 tokens: the ratio 100/48 is written to 4 decimals in both kinds of row."""
+    import numpy as np
+    import torch
+
+    from pe_bench.build import build_model
+    from pe_bench.config import compose
+    from pe_bench.evaluate import evaluate
+    from pe_bench.report import _diverged_rows
+
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=48", "eval=smoke",
+                   "eval.lengths=[48,100]", "eval.stride=24"])
+    torch.manual_seed(0)
+    tokens = np.random.default_rng(0).integers(0, 256, 4000).astype(np.uint8)
+    real, _, _ = evaluate(build_model(cfg, 256).eval(), cfg, tokens, np.ones(256, dtype=np.int64),
+                          torch.device("cpu"), quiet=True)
+    rows = _diverged_rows(cfg, {"diverged_step": 1})
+    assert [(r["L_eval"], r["mode"], r["ratio"]) for r in rows] == [(r["L_eval"], r["mode"], r["ratio"]) for r in real]
+    assert rows[-1]["ratio"] == 2.0833
