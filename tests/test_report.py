@@ -154,8 +154,9 @@ def test_a_group_with_a_row_without_per_window_losses_gets_no_bold_marks(tmp_pat
     assert set(table_rows(md)) == {"A", "B"} and "| **" not in md  # nothing is claimed
 
 
-def _paired_rows(rng, specs):
-    """Collected rows with per-window losses; spec = (scheme, split, L_eval, step, extra nats/token)."""
+def _paired_rows(rng, specs, suffix="", group="g", windows=True):
+    """Collected rows with per-window losses; spec = (scheme, split, L_eval, step, extra nats/token); each row's
+    label is its scheme plus ``suffix`` (a configuration's changed settings)."""
     import numpy as np
 
     from pe_bench.report import Collected, window_key
@@ -165,12 +166,13 @@ def _paired_rows(rng, specs):
     tokens = np.full(200, 32.0)
     for scheme, split, n, step, extra in specs:
         nll = (difficulty + extra + rng.normal(0, 0.02, 200)) * tokens
-        r = {"run": f"{scheme}-0", "scheme": scheme, "label": scheme, "L_train": 32, "L_eval": n,
+        r = {"run": f"{scheme}-0", "scheme": scheme, "label": scheme + suffix, "L_train": 32, "L_eval": n,
              "mode": "nonoverlapping", "split": split, "stride": n, "S": "", "budget": "6400", "step": step,
              "steps": 10, "seed": 0, "status": "ok", "tokens_scored": int(tokens.sum()), "precision": "",
-             "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": scheme, "group": "g"}
+             "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": scheme + suffix, "group": group}
         rows.append(r)
-        win[window_key(r["run"], r)] = (nll, tokens)
+        if windows:
+            win[window_key(r["run"], r)] = (nll, tokens)
     return Collected(pd.DataFrame(rows), win)
 
 
@@ -198,3 +200,37 @@ def test_compare_by_default_pairs_only_the_validation_rows_of_the_two_schemes_of
     assert compare(col, "A", "B", partial=True)["L_eval"].tolist() == [32, 64, 128]
     assert compare(col, "A", "B", split="test")["verdict"].tolist() == ["B lower"]
     assert compare(col, "A", "B", split="test").attrs["left_out"] == []
+
+
+def test_compare_names_each_configuration_by_its_settings_and_says_why_a_cell_was_not_compared():
+    """A configuration's rows are named by its label less the leading scheme name ('-' for the scheme's defaults);
+    a gap within noise is 'not distinguishable'; each cell left out is named once per reason, its lengths joined:
+    only one scheme evaluated, no finite seed on both sides, no per-window losses."""
+    import numpy as np
+
+    from pe_bench.report import Collected, compare
+
+    rng = np.random.default_rng(1)
+    labelled = _paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05),
+                                  ("A", "validation", 64, 10, 0.0), ("B", "validation", 64, 10, 0.0),
+                                  ("B", "validation", 128, 10, 0.0),
+                                  ("A", "validation", 256, 10, 0.0), ("B", "validation", 256, 10, 0.0)],
+                            suffix=" · X=16 · tag=A")
+    labelled.df.loc[(labelled.df["scheme"] == "B") & (labelled.df["L_eval"] == 256), ["status", "ppl"]] = \
+        ["nonfinite", float("nan")]
+    plain = _paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05)], group="h")
+    unwindowed = _paired_rows(rng, [(s, "validation", n, 10, 0.0) for n in (512, 1024) for s in "AB"],
+                              suffix=" · X=16 · tag=A", windows=False)
+    col = Collected(pd.concat([labelled.df, plain.df, unwindowed.df], ignore_index=True),
+                    {**labelled.windows, **plain.windows})
+    t = compare(col, "A", "B")
+    assert t[["config", "L", "L_eval", "verdict"]].values.tolist() == [
+        ["X=16 · tag=A", 32, 32, "A lower"], ["X=16 · tag=A", 32, 64, "not distinguishable"],
+        ["-", 32, 32, "A lower"]]
+    assert t.attrs["left_out"] == [
+        "A vs B (X=16 · tag=A) at nonoverlapping 128: only B was evaluated with these settings",
+        "A vs B (X=16 · tag=A) at nonoverlapping 256: no seed has a finite perplexity on both sides",
+        "A vs B (X=16 · tag=A) at nonoverlapping 512, nonoverlapping 1024: no per-window losses for every seed on "
+        "both sides (windows.csv missing, or not scoring the same windows); re-evaluate the runs with "
+        "`pe-bench eval RUN_DIR`"]
+
