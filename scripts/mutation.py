@@ -38,8 +38,10 @@ OUT = ROOT / "results" / "mutation"
 EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.toml"
 DO_NOT_MUTATE = [r"^\s*raise ", r"^\s*(log|logger|warnings)\.", r"^\s*print\("]
 NOT_SLOW = ["-p", "no:cacheprovider", "-p", "no:randomly", "-m", "not slow and not slurm and not cuda"]
-KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or mutmut's CPU limit
-TIMEOUTS = {24, -24, 152}  # SIGXCPU: past the CPU limit, or past mutmut's wall-clock bound (half the CPU limit)
+KILLED = {1, 3, 36, 24, -24, 152, 255, -9}  # a failing test, pytest's internal error, or mutmut's limits
+# SIGXCPU: past the CPU limit, or past mutmut's wall-clock bound (half the CPU limit); SIGKILL: still running a second
+# after that (an endless loop that outlived SIGXCPU, or one that filled the memory first)
+TIMEOUTS = {24, -24, 152, -9}
 # mutmut's wall-clock bound fires on a loaded machine too: a limit of 50× the tests' own time keeps it for real
 # hangs (a bisection that never ends), and --recheck runs every timeout again.
 TIMEOUT_MULTIPLIER = 50.0

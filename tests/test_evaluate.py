@@ -443,3 +443,17 @@ def test_the_progress_bar_follows_the_progress_flag_and_quiet_silences_not_appli
     assert "eval L=32: not applicable (" in out and err == ""  # a skipped length draws no bar
     evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV, quiet=True)
     assert capsys.readouterr() == ("", "")
+
+
+def test_an_eval_time_variants_lines_name_it_and_the_base_schemes_do_not(capsys):
+    """The lines of an evaluation say which model they score: `RUN eval rope+yarn×8 L=…` for an eval-time variant,
+    `RUN eval L=…` for the trained scheme itself."""
+    tokens = np.random.default_rng(0).integers(0, 256, 3000).astype(np.uint8)
+    for options, head in (([], "RUN eval L=16"), (["scheme.scaling.type=yarn", "scheme.scaling.factor=8"],
+                                                  "RUN eval rope+yarn×8 L=16")):
+        cfg = compose(["scheme=rope", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                       "eval.lengths=[16]", "eval.modes=[nonoverlapping]", *options])
+        torch.manual_seed(0)
+        evaluate(build_model(cfg, 256).eval(), cfg, tokens, np.ones(256, dtype=np.int64), DEV, name="RUN",
+                 progress=False)
+        assert capsys.readouterr().out.startswith(f"{head} nonoverlapping: ppl "), head
