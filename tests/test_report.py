@@ -166,7 +166,7 @@ def _paired_rows(rng, specs, suffix="", group="g", windows=True):
     tokens = np.full(200, 32.0)
     for scheme, split, n, step, extra in specs:
         nll = (difficulty + extra + rng.normal(0, 0.02, 200)) * tokens
-        r = {"run": f"{scheme}-0", "scheme": scheme, "label": scheme + suffix, "L_train": 32, "L_eval": n,
+        r = {"run": f"{scheme}-{group}-0", "scheme": scheme, "label": scheme + suffix, "L_train": 32, "L_eval": n,
              "mode": "nonoverlapping", "split": split, "stride": n, "S": "", "budget": "6400", "step": step,
              "steps": 10, "seed": 0, "status": "ok", "tokens_scored": int(tokens.sum()), "precision": "",
              "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": scheme + suffix, "group": group}
@@ -208,7 +208,7 @@ def test_compare_names_each_configuration_by_its_settings_and_says_why_a_cell_wa
     only one scheme evaluated, no finite seed on both sides, no per-window losses."""
     import numpy as np
 
-    from pe_bench.report import Collected, compare
+    from pe_bench.report import Collected, compare, window_key
 
     rng = np.random.default_rng(1)
     labelled = _paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05),
@@ -227,6 +227,18 @@ def test_compare_names_each_configuration_by_its_settings_and_says_why_a_cell_wa
     assert t[["config", "L", "L_eval", "verdict"]].values.tolist() == [
         ["X=16 · tag=A", 32, 32, "A lower"], ["X=16 · tag=A", 32, 64, "not distinguishable"],
         ["-", 32, 32, "A lower"]]
+    from pe_bench import stats
+    from pe_bench.report import BOOTSTRAP
+
+    for row in t.to_dict("records"):  # one seed: a paired bootstrap over the 200 windows both scored
+        part = labelled if row["config"] != "-" else plain
+        rows = {r["scheme"]: r for r in part.df.to_dict("records") if r["L_eval"] == row["L_eval"]}
+        w = {s: {0: part.windows[window_key(rows[s]["run"], rows[s])]} for s in "AB"}
+        p = stats.paired_difference(w["A"], w["B"], n_boot=BOOTSTRAP)
+        assert [row[k] for k in ("difference", "95% interval", "method", "excludes 0", "seeds left out")] == [
+            round(p.diff, 3), f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]", "paired bootstrap, 200 windows",
+            "yes" if p.excludes_zero else "no", "-"]
+    assert t["excludes 0"].tolist() == ["yes", "no", "yes"]
     assert t.attrs["left_out"] == [
         "A vs B (X=16 · tag=A) at nonoverlapping 128: only B was evaluated with these settings",
         "A vs B (X=16 · tag=A) at nonoverlapping 256: no seed has a finite perplexity on both sides",
