@@ -154,9 +154,9 @@ def test_a_group_with_a_row_without_per_window_losses_gets_no_bold_marks(tmp_pat
     assert set(table_rows(md)) == {"A", "B"} and "| **" not in md  # nothing is claimed
 
 
-def _paired_rows(rng, specs, suffix="", group="g", windows=True):
-    """Collected rows with per-window losses; spec = (scheme, split, L_eval, step, extra nats/token); each row's
-    label is its scheme plus ``suffix`` (a configuration's changed settings)."""
+def _paired_rows(rng, specs, suffix="", group="g", windows=True, seed=0):
+    """Collected rows of one seed with per-window losses; spec = (scheme, split, L_eval, step, extra nats/token);
+    each row's label is its scheme plus ``suffix`` (a configuration's changed settings)."""
     import numpy as np
 
     from pe_bench.report import Collected, window_key
@@ -166,9 +166,9 @@ def _paired_rows(rng, specs, suffix="", group="g", windows=True):
     tokens = np.full(200, 32.0)
     for scheme, split, n, step, extra in specs:
         nll = (difficulty + extra + rng.normal(0, 0.02, 200)) * tokens
-        r = {"run": f"{scheme}-{group}-0", "scheme": scheme, "label": scheme + suffix, "L_train": 32, "L_eval": n,
-             "mode": "nonoverlapping", "split": split, "stride": n, "S": "", "budget": "6400", "step": step,
-             "steps": 10, "seed": 0, "status": "ok", "tokens_scored": int(tokens.sum()), "precision": "",
+        r = {"run": f"{scheme}-{group}-{seed}", "scheme": scheme, "label": scheme + suffix, "L_train": 32,
+             "L_eval": n, "mode": "nonoverlapping", "split": split, "stride": n, "S": "", "budget": "6400",
+             "step": step, "steps": 10, "seed": seed, "status": "ok", "tokens_scored": int(tokens.sum()), "precision": "",
              "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": scheme + suffix, "group": group}
         rows.append(r)
         if windows:
@@ -246,3 +246,30 @@ def test_compare_names_each_configuration_by_its_settings_and_says_why_a_cell_wa
         "both sides (windows.csv missing, or not scoring the same windows); re-evaluate the runs with "
         "`pe-bench eval RUN_DIR`"]
 
+
+
+def test_compare_over_seeds_pairs_the_seeds_both_schemes_finished_and_names_those_left_out():
+    """Seeds 0 and 1 finished on both sides: a Student-t interval over the 2 per-seed differences, as
+    stats.paired_difference computes it; seed 2 (not finite for B) and seed 3 (A only) are named as left out."""
+    import numpy as np
+
+    from pe_bench import stats
+    from pe_bench.report import BOOTSTRAP, Collected, compare, window_key
+
+    rng = np.random.default_rng(2)
+    parts = [_paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05 * (1 + seed))],
+                          seed=seed) for seed in (0, 1, 2)]
+    parts.append(_paired_rows(rng, [("A", "validation", 32, 10, 0.0)], seed=3))
+    col = Collected(pd.concat([p.df for p in parts], ignore_index=True),
+                    {k: v for p in parts for k, v in p.windows.items()})
+    col.df.loc[(col.df["scheme"] == "B") & (col.df["seed"] == 2), ["status", "ppl"]] = ["nonfinite", float("nan")]
+    [row] = compare(col, "A", "B").to_dict("records")
+    rows = {(r["scheme"], r["seed"]): r for r in col.df.to_dict("records")}
+    w = {s: {k: col.windows[window_key(rows[(s, k)]["run"], rows[(s, k)])] for k in (0, 1)} for s in "AB"}
+    p = stats.paired_difference(w["A"], w["B"], n_boot=BOOTSTRAP)
+    assert p.interval.method == stats.T_METHOD
+    assert [row[k] for k in ("difference", "95% interval", "method", "excludes 0", "seeds left out")] == [
+        round(p.diff, 3), f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]", "t, 2 seeds",
+        "yes" if p.excludes_zero else "no", "2, 3"]
+    ppl = col.df[col.df["seed"].isin([0, 1])].groupby("scheme")["ppl"].mean()
+    assert (row["ppl A"], row["ppl B"]) == (round(ppl["A"], 3), round(ppl["B"], 3))
