@@ -168,8 +168,8 @@ def _paired_rows(rng, specs, suffix="", group="g", windows=True, seed=0):
         nll = (difficulty + extra + rng.normal(0, 0.02, 200)) * tokens
         r = {"run": f"{scheme}-{group}-{seed}", "scheme": scheme, "label": scheme + suffix, "L_train": 32,
              "L_eval": n, "mode": "nonoverlapping", "split": split, "stride": n, "S": "", "budget": "6400",
-             "step": step, "steps": 10, "seed": seed, "status": "ok", "tokens_scored": int(tokens.sum()), "precision": "",
-             "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": scheme + suffix, "group": group}
+             "step": step, "steps": 10, "seed": seed, "status": "ok", "tokens_scored": int(tokens.sum()),
+             "precision": "", "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": scheme + suffix, "group": group}
         rows.append(r)
         if windows:
             win[window_key(r["run"], r)] = (nll, tokens)
