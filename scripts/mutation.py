@@ -1,9 +1,10 @@
 """Mutation testing of the code whose numbers end up in a table, with mutmut (PyPI; not a pe-bench dependency).
 
     .venv/bin/pip install "mutmut>=3.8,<4"
-    .venv/bin/python scripts/mutation.py                 # every group (several hours on 2 cores; resumable)
+    .venv/bin/python scripts/mutation.py                 # every group (several hours on 2 cores)
     .venv/bin/python scripts/mutation.py stats identity  # some groups
-    .venv/bin/python scripts/mutation.py --recheck stats # only the mutants that were not killed last time
+    .venv/bin/python scripts/mutation.py --recheck stats # only those not killed last time (and not run:
+                                                         # so it also resumes an interrupted run)
 
 Each group names the source files (and, where only part of a file is in scope, the functions) to mutate and the fast
 tests that hold them. For each group the package, configs and tests are copied into build/mutation/<group>/ with a
@@ -301,6 +302,8 @@ def save(group: Group, summary: dict, keep_before: bool) -> None:
         old = json.loads(previous.read_text())
         summary["seconds"] = summary["seconds"] or old.get("seconds", 0)  # --summarize ran nothing
         before = old.get("before") or (old["modules"] if keep_before else None)
+        if before and any(m["not_run"] for m in before.values()):
+            before = None  # an interrupted first run is no "before": its not-run mutants would count as survivors
         if before:
             summary["before"] = before
     previous.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
