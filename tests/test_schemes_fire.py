@@ -67,14 +67,19 @@ def test_fire_score_bias_defaults_to_the_first_layer():
                                atol=1e-5, rtol=1e-5)
 
 
-def test_fire_adds_eps_to_the_normaliser():
-    """ψ(i − j) / (ψ(max(L, i)) + ε), with a large ε to see it: f_θ made the identity on [0, 1] reads the input."""
-    f = _fire(n_layers=1, L=4, mlp_width=1, eps=0.5)
-    layer = f.layers[0]
+def _identity_mlp(layer) -> None:
+    """c = 0.1, threshold multiplier 1, and f_θ(x) = relu(x) (width 1, unit weights, zero biases): the bias reads
+    the normalised distance itself."""
     with torch.no_grad():
         layer.c.fill_(0.1), layer.threshold_multiplier.fill_(1.0)
         layer.mlp[0].weight.fill_(1.0), layer.mlp[0].bias.zero_(), layer.mlp[2].weight.fill_(1.0)
         layer.mlp[2].bias.zero_()
+
+
+def test_fire_adds_eps_to_the_normaliser():
+    """ψ(i − j) / (ψ(max(L, i)) + ε), with a large ε to see it: f_θ made the identity on [0, 1] reads the input."""
+    f = _fire(n_layers=1, L=4, mlp_width=1, eps=0.5)
+    _identity_mlp(f.layers[0])
     pos = torch.arange(20)
     b = f.score_bias(pos, pos)[0]
     assert b[10, 3].item() == pytest.approx(math.log(1.7) / (math.log(2.0) + 0.5), rel=1e-6)
@@ -85,11 +90,7 @@ def test_fire_normalised_distance_stays_in_0_1_at_any_length():
     """The point of progressive interpolation: the MLP's input is in [0, 1] at every query position (the farthest
     key gives ψ(i)/(ψ(i) + ε), just under 1), default ε = 1e-6."""
     f = _fire(n_layers=1, L=16, mlp_width=1)
-    layer = f.layers[0]
-    with torch.no_grad():
-        layer.c.fill_(0.1), layer.threshold_multiplier.fill_(1.0)
-        layer.mlp[0].weight.fill_(1.0), layer.mlp[0].bias.zero_(), layer.mlp[2].weight.fill_(1.0)
-        layer.mlp[2].bias.zero_()
+    _identity_mlp(f.layers[0])
     pos = torch.arange(3000)
     with torch.no_grad():
         b = f.score_bias(pos[-50:], pos)[0]
