@@ -29,6 +29,23 @@ def test_comparison_means_over_seeds_and_marks_missing_cells():
     assert comparison(rows(), "nonoverlapping", split="test").empty
 
 
+def test_longest_over_l_names_a_broken_cell_at_l_or_at_the_longest_length_instead_of_a_ratio():
+    """longest/L is the word ('diverged', 'nan') of a cell at L or at the longest length that holds no number, the
+    cell at L first; 'n/a' where a row has no cell at its own L."""
+    def row(scheme, n, ppl, status="ok", L=64):
+        return {"run": f"{scheme}-0", "scheme": scheme, "L_train": L, "L_eval": n, "mode": "nonoverlapping",
+                "split": "validation", "stride": n, "ppl": ppl, "seed": 0, "status": status, "tokens_scored": 100}
+
+    nan = float("nan")
+    t = comparison(pd.DataFrame([
+        row("xl", 64, 10.0), row("xl", 512, nan, "diverged"),
+        row("t5", 64, nan, "nonfinite"), row("t5", 512, 9.0),
+        row("fire", 64, nan, "nonfinite"), row("fire", 512, nan, "diverged"),
+        row("cope", 64, 10.0, L=48), row("cope", 512, 20.0, L=48)]), "nonoverlapping")
+    assert t["longest/L"].to_dict() == {("xl", 64): "diverged", ("t5", 64): "nan", ("fire", 64): "nan",
+                                        ("cope", 48): "n/a"}
+
+
 def test_tables_are_written_deterministically(tmp_path):
     a = write_tables(rows(), tmp_path / "a", "t")
     b = write_tables(rows(), tmp_path / "b", "t")
