@@ -24,6 +24,7 @@ import argparse
 import ast
 import difflib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -121,8 +122,11 @@ def run_mutmut(group: Group, work: Path, names: list[str]) -> None:
     """mutmut run in the group's directory; mutmut's own output goes to mutmut.log there."""
     mutmut = Path(sys.executable).with_name("mutmut")
     cmd = [str(mutmut), "run", "--max-children", "2", *names]
+    # One torch thread per child: two children with a thread per core each would oversubscribe the cores, and
+    # spinning OpenMP threads then make every training step several times slower.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with open(work / "mutmut.log", "w") as log:
-        rc = subprocess.run(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     if rc:
         sys.exit(f"mutmut failed for group {group.name} (exit {rc}): see {work / 'mutmut.log'}")
 
