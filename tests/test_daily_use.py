@@ -165,3 +165,27 @@ def test_outputs_of_documented_commands_are_git_ignored_and_committed_reports_ar
     p = subprocess.run(["git", "check-ignore", "--no-index", *paths], capture_output=True, text=True, cwd=root,
                        check=False)
     assert p.stdout.split() == paths[:6]
+
+
+def test_the_readmes_perplexity_tables_are_the_committed_reports_rows():
+    """Every perplexity table quoted in the README ('| scheme | L | …') is a block of rows of a committed report
+    (results/paper or results/default comparison.md), so a number in the README is a number the report wrote."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+
+    def blocks(text: str) -> list[str]:
+        out, cur = [], []
+        for line in text.splitlines() + [""]:
+            if line.startswith("|"):
+                cur.append(line)
+            elif cur:
+                out.append("\n".join(cur))
+                cur = []
+        return [b for b in out if b.startswith("| scheme | L |")]
+
+    committed = "\n\n".join((root / "results" / d / "comparison.md").read_text() for d in ("paper", "default"))
+    quoted = blocks((root / "README.md").read_text())
+    assert len(quoted) == 3
+    for block in quoted:
+        assert block in committed, block.splitlines()[2]
