@@ -309,3 +309,36 @@ def test_compare_over_seeds_pairs_the_seeds_both_schemes_finished_and_names_thos
         "yes" if p.excludes_zero else "no", "2, 3"]
     ppl = col.df[col.df["seed"].isin([0, 1])].groupby("scheme")["ppl"].mean()
     assert (row["ppl A"], row["ppl B"]) == (round(ppl["A"], 3), round(ppl["B"], 3))
+
+
+def test_a_row_whose_cells_carry_different_intervals_names_each_kind():
+    """Two seeds at L (a t interval), one at 2L (a bootstrap over its windows): the row's interval column names
+    both kinds, sorted and joined by ' / '."""
+    import numpy as np
+
+    from pe_bench.report import Collected
+
+    rng = np.random.default_rng(3)
+    parts = [_paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("A", "validation", 64, 10, 0.0)], seed=0),
+             _paired_rows(rng, [("A", "validation", 32, 10, 0.0)], seed=1)]
+    col = Collected(pd.concat([p.df for p in parts], ignore_index=True),
+                    {k: v for p in parts for k, v in p.windows.items()})
+    t = comparison(col, "nonoverlapping")
+    assert t.loc[("A", 32), "interval"] == "bootstrap, windows / t, 2 seeds"
+    assert " ± " in t.loc[("A", 32), "32"] and " ± " not in t.loc[("A", 32), "64"]
+
+
+def test_a_configuration_evaluated_with_several_budgets_or_precisions_gets_a_row_for_each():
+    """row_names: the token budget and the precision join the labels when some configuration was evaluated with
+    more than one of them; a row that does not record its precision says so ('precision ?')."""
+    from pe_bench.report import row_names
+
+    def rows(budgets, precisions, config="alibi"):
+        return pd.DataFrame([{"label": config, "config": config, "S": "", "budget": b, "precision": p}
+                             for b, p in zip(budgets, precisions)])
+
+    assert row_names(rows(["6400", "12800"], ["fp32", "fp32"])) == ["alibi · tokens=6400", "alibi · tokens=12800"]
+    assert row_names(rows(["6400"] * 3, ["fp32", "bf16", ""])) == [
+        "alibi · fp32", "alibi · bf16", "alibi · precision ?"]
+    assert row_names(pd.concat([rows(["6400"] * 2, ["bf16"] * 2), rows(["6400"], ["fp32"], config="rope")])) == [
+        "alibi", "alibi", "rope"]
