@@ -23,8 +23,12 @@ def test_comparison_means_over_seeds_and_marks_missing_cells():
     # mean ± std [95% t interval over 2 seeds: mean ± 12.706 · 1.414 / √2]
     assert t.loc[("alibi", 64)].tolist() == ["11.000 ± 1.414 [-1.706, 23.706]", "10.000 ± 1.414 [-2.706, 22.706]",
                                              round(10 / 11, 3), 2, "t, 2 seeds"]
-    assert t.loc[("learned", 64), "512"] == "n/a" and t.loc[("learned", 64), "longest/L"] == "n/a"
-    assert t.loc[("rope", 64), "512"] == "—"
+    # one seed, no per-window losses: the mean alone, to 3 decimals, and no interval
+    assert t.loc[("learned", 64)].tolist() == [10.0, "n/a", "n/a", 1, "—"]
+    assert t.loc[("rope", 64)].tolist() == [8.0, "—", "n/a", 1, "—"]
+    d = rows()
+    d.loc[d["scheme"] == "rope", "ppl"] = 6.75349
+    assert comparison(d, "nonoverlapping").loc[("rope", 64), "64"] == 6.753
     assert comparison(rows(), "sliding").empty
     assert comparison(rows(), "nonoverlapping", split="test").empty
 
@@ -342,3 +346,41 @@ def test_a_configuration_evaluated_with_several_budgets_or_precisions_gets_a_row
         "alibi · fp32", "alibi · bf16", "alibi · precision ?"]
     assert row_names(pd.concat([rows(["6400"] * 2, ["bf16"] * 2), rows(["6400"], ["fp32"], config="rope")])) == [
         "alibi", "alibi", "rope"]
+
+
+def test_a_one_seed_cell_carries_the_bootstrap_interval_of_its_windows_or_none_if_they_cannot_give_one():
+    """One seed with per-window losses: 'ppl [lo, hi]', the percentile bootstrap of stats.ppl_interval with the
+    report's BOOTSTRAP resamples; windows that cannot give an interval (none scored): the mean alone, no interval."""
+    import numpy as np
+
+    from pe_bench import stats
+    from pe_bench.report import BOOTSTRAP, Collected, window_key
+
+    col = _paired_rows(np.random.default_rng(4), [("A", "validation", 32, 10, 0.0)])
+    [r] = col.df.to_dict("records")
+    w = col.windows[window_key(r["run"], r)]
+    iv = stats.ppl_interval([w], n_boot=BOOTSTRAP)
+    t = comparison(col, "nonoverlapping")
+    assert t.loc[("A", 32), "32"] == f"{r['ppl']:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
+    other = stats.ppl_interval([w], n_boot=2 * BOOTSTRAP)
+    assert f"[{iv.lo:.3f}, {iv.hi:.3f}]" != f"[{other.lo:.3f}, {other.hi:.3f}]"  # the resample count shows
+    assert t.loc[("A", 32), "interval"] == "bootstrap, windows"
+    empty = Collected(col.df, {window_key(r["run"], r): (np.array([]), np.array([]))})
+    t = comparison(empty, "nonoverlapping")
+    assert t.loc[("A", 32), ["32", "interval"]].tolist() == [f"{r['ppl']:.3f}", "—"]
+
+
+def test_a_group_without_per_window_losses_costs_only_its_own_bold_marks():
+    """Two table groups at one length: the first has a row without per-window losses (no claim is made there), the
+    second has them all and still gets its best row in bold."""
+    import numpy as np
+
+    from pe_bench.report import Collected
+
+    rng = np.random.default_rng(5)
+    blind = _paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05)],
+                         suffix=" · X=1", group="g", windows=False)
+    seen = _paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.05)],
+                        suffix=" · X=2", group="h")
+    col = Collected(pd.concat([blind.df, seen.df], ignore_index=True), seen.windows)
+    assert comparison(col, "nonoverlapping").attrs["best"] == {("A · X=2", 32, 32)}

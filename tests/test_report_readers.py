@@ -448,3 +448,47 @@ def test_a_diverged_runs_length_ratios_are_rounded_like_its_evaluation_rows():
     rows = _diverged_rows(cfg, {"diverged_step": 1})
     assert [(r["L_eval"], r["mode"], r["ratio"]) for r in rows] == [(r["L_eval"], r["mode"], r["ratio"]) for r in real]
     assert rows[-1]["ratio"] == 2.0833
+
+
+def test_runs_made_with_other_numerics_are_rows_of_their_own_labelled_by_them(results):
+    """The same configuration and seed from two machines (numerics in meta.json): two rows, each labelled with its
+    numerics, never one row of two replicas; either run alone: one row, its plain label."""
+    from pe_bench.runs import numerics_of
+
+    alibi = run_named(results, "alibi")
+    other = alibi.with_name(alibi.name + "-elsewhere")
+    shutil.copytree(alibi, other)
+    meta = json.loads((other / "meta.json").read_text())
+    meta["numerics"] = "torch 0.0, cpu NONE, 7 threads"
+    (other / "meta.json").write_text(json.dumps(meta))
+    col = collect_all([Run(alibi), Run(other)])
+    assert col.left_out == []
+    here = numerics_of(Run(alibi).meta())
+    assert sorted(set(col.df["label"])) == sorted([f"alibi · numerics={here}",
+                                                   "alibi · numerics=torch 0.0, cpu NONE, 7 threads"])
+    assert (comparison(col, "nonoverlapping")["seeds"] == 1).all()
+    for run in (alibi, other):
+        assert set(collect_all([Run(run)]).df["label"]) == {"alibi"}
+
+
+def test_a_diverged_run_gives_diverged_rows_beside_the_rows_its_eval_csv_holds(results):
+    """A run whose meta.json says diverged: 'diverged' rows at every length and mode (and, with an eval.csv, the rows
+    it holds beside them); without an eval.csv it is not left out — its cells say 'diverged'."""
+    from pe_bench.report import _diverged_rows, read_eval_rows
+
+    rope = run_named(results, "rope")
+    meta = json.loads((rope / "meta.json").read_text())
+    meta.update(status="diverged", diverged_step=3)
+    (rope / "meta.json").write_text(json.dumps(meta))
+    run = Run(rope)
+    expected = _diverged_rows(run.load_config(), meta)
+    col = collect_all([run])
+    assert col.left_out == []
+    assert col.df["status"].value_counts().to_dict() == {"diverged": len(expected),
+                                                         "ok": len(read_eval_rows(run, meta))}
+    assert set(col.df.loc[col.df["status"] == "diverged", "note"]) == {"training diverged at step 3"}
+    (rope / "eval.csv").unlink()
+    (rope / "windows.csv").unlink()
+    alone = collect_all([run])
+    assert alone.left_out == [] and set(alone.df["status"]) == {"diverged"} and len(alone.df) == len(expected)
+    assert cell(alone, "rope", 32) == "diverged"
