@@ -492,3 +492,33 @@ def test_a_diverged_run_gives_diverged_rows_beside_the_rows_its_eval_csv_holds(r
     alone = collect_all([run])
     assert alone.left_out == [] and set(alone.df["status"]) == {"diverged"} and len(alone.df) == len(expected)
     assert cell(alone, "rope", 32) == "diverged"
+
+
+def test_an_eval_csv_from_an_older_pe_bench_is_read_with_the_newer_columns_filled_in(results):
+    """eval.csv files written before the budget, step, note, S and precision columns existed: those read as empty
+    text and the run's final step, with the same numbers; a step written as 'None' (as older versions did) is the
+    final step too, and so are the older rows beside a diverged run's 'diverged' rows."""
+    import hashlib
+
+    alibi = run_named(results, "alibi")
+    run = Run(alibi)
+    steps = run.load_config().train.steps
+    original = pd.read_csv(alibi / "eval.csv", dtype=str, keep_default_na=False)
+    (alibi / "windows.csv").unlink()  # older runs had no per-window losses either
+
+    def read_as(frame, **meta_changes):
+        text = frame.to_csv(index=False)
+        (alibi / "eval.csv").write_text(text)
+        meta = json.loads((alibi / "meta.json").read_text())
+        meta.update(eval_csv_sha256=hashlib.sha256(text.encode()).hexdigest(), **meta_changes)
+        (alibi / "meta.json").write_text(json.dumps(meta))
+        col = collect_all([run])
+        assert col.left_out == []
+        return col.df
+
+    d = read_as(original.drop(columns=["budget", "step", "note", "S", "precision"]))
+    assert (d[["budget", "S", "precision", "note"]] == "").all().all() and (d["step"] == steps).all()
+    assert d["ppl"].tolist() == original["ppl"].astype(float).tolist()
+    assert (read_as(original.assign(step="None"))["step"] == steps).all()
+    d = read_as(original.drop(columns=["step"]), status="diverged", diverged_step=2)
+    assert set(d["status"]) == {"diverged", "ok"} and (d["step"] == steps).all()
