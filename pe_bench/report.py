@@ -182,7 +182,7 @@ def _read_run(run: Run) -> tuple[Config, dict[str, Any], list[dict[str, str]]]:
 
 def _run_frame(run: Run, cfg: Config, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """A run's eval rows as a frame, with the columns older files lack and the step of un-stepped rows filled in."""
-    d = pd.DataFrame(rows)
+    d = pd.DataFrame(rows, dtype=object)  # a column some rows lack must not turn the others' integers into floats
     for c in ("budget", "step", "note", "S", "precision"):
         if c not in d:
             d[c] = ""

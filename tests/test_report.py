@@ -384,3 +384,22 @@ def test_a_group_without_per_window_losses_costs_only_its_own_bold_marks():
                         suffix=" · X=2", group="h")
     col = Collected(pd.concat([blind.df, seen.df], ignore_index=True), seen.windows)
     assert comparison(col, "nonoverlapping").attrs["best"] == {("A · X=2", 32, 32)}
+
+
+def test_windows_agree_with_a_row_within_its_written_rounding_and_not_beyond():
+    """agrees(): |exp(Σnll/Σtokens) − ppl| ≤ 1e-4 + 1e-5·ppl (ppl written to 4 decimals), the bound included; an
+    edit of a few ten-thousandths beyond it is caught, at a small perplexity and at a large one."""
+    import math
+
+    import numpy as np
+
+    from pe_bench.report import agrees, recomputed_ppl
+
+    for ppl in (6.0, 100.0):
+        w = (np.array([math.log(ppl) * 10]), np.array([10.0]))
+        r, tol = recomputed_ppl(w), 1e-4 + 1e-5 * ppl
+        assert agrees(w, r + 0.9 * tol) and agrees(w, r - 0.9 * tol)
+        assert not agrees(w, r + 1.2 * tol) and not agrees(w, r - 1.2 * tol)
+    # a row exactly at the bound (found by search: the float difference equals the float tolerance)
+    w, ppl = (np.array([0.5867639935653111]), np.array([1.0])), 1.798042152122433
+    assert abs(recomputed_ppl(w) - ppl) == 1e-4 + 1e-5 * ppl and agrees(w, ppl)

@@ -319,6 +319,17 @@ def test_an_unfinished_runs_rows_are_left_out_unless_they_come_from_eval_partial
     col = collect_all([Run(rope), Run(run_named(results, "alibi"))])
     assert len(col.left_out) == 1 and f"{rope} is not finished (status interrupted)" in col.left_out[0]
     assert "rope" not in set(col.df["scheme"])
+    import hashlib
+
+    original = pd.read_csv(rope / "eval.csv", dtype=str, keep_default_na=False)
+    (rope / "windows.csv").unlink()
+    for step in ("None", ""):  # un-stepped rows (older versions wrote 'None'): a full evaluation, not --partial
+        text = original.assign(step=step).to_csv(index=False)
+        (rope / "eval.csv").write_text(text)
+        (rope / "meta.json").write_text(json.dumps({**meta, "status": "interrupted",
+                                                    "eval_csv_sha256": hashlib.sha256(text.encode()).hexdigest()}))
+        col = collect_all([Run(rope)])
+        assert len(col.left_out) == 1 and "is not finished (status interrupted)" in col.left_out[0], step
 
 
 def test_a_report_on_a_full_disk_is_one_line_exit_1_and_the_previous_report_stands(results, monkeypatch):
@@ -520,5 +531,8 @@ def test_an_eval_csv_from_an_older_pe_bench_is_read_with_the_newer_columns_fille
     assert (d[["budget", "S", "precision", "note"]] == "").all().all() and (d["step"] == steps).all()
     assert d["ppl"].tolist() == original["ppl"].astype(float).tolist()
     assert (read_as(original.assign(step="None"))["step"] == steps).all()
-    d = read_as(original.drop(columns=["step"]), status="diverged", diverged_step=2)
+    d = read_as(original.drop(columns=["step", "budget", "S", "precision"]), status="diverged", diverged_step=2)
     assert set(d["status"]) == {"diverged", "ok"} and (d["step"] == steps).all()
+    older, diverged = d[d["status"] == "ok"], d[d["status"] == "diverged"]
+    assert (older[["budget", "S"]] == "").all().all() and len(older) == len(original)
+    assert set(diverged["budget"]) == set(original["budget"])  # '2048', not '2048.0'
