@@ -473,7 +473,7 @@ def test_runs_made_with_other_numerics_are_rows_of_their_own_labelled_by_them(re
     meta["numerics"] = "torch 0.0, cpu NONE, 7 threads"
     (other / "meta.json").write_text(json.dumps(meta))
     col = collect_all([Run(alibi), Run(other)])
-    assert col.left_out == []
+    assert col.left_out == [] and col.df["group"].nunique() == 1  # apart in rows, still one table to compete in
     here = numerics_of(Run(alibi).meta())
     assert sorted(set(col.df["label"])) == sorted([f"alibi · numerics={here}",
                                                    "alibi · numerics=torch 0.0, cpu NONE, 7 threads"])
@@ -536,3 +536,35 @@ def test_an_eval_csv_from_an_older_pe_bench_is_read_with_the_newer_columns_fille
     older, diverged = d[d["status"] == "ok"], d[d["status"] == "diverged"]
     assert (older[["budget", "S"]] == "").all().all() and len(older) == len(original)
     assert set(diverged["budget"]) == set(original["budget"])  # '2048', not '2048.0'
+
+
+def test_rope_evaluated_as_a_variant_and_rope_trained_with_it_are_rows_named_by_their_training(results):
+    """Plain rope evaluated as rope+yarn×8 and rope trained with YaRN×8 share a scheme label: each row adds the
+    scheme options it was trained with (and only those that differ), never one row of two configurations."""
+    rope = run_named(results, "rope")
+    assert invoke("eval", rope, "scheme.scaling.type=yarn", "scheme.scaling.factor=8",
+                  "eval.variants=false").exit_code == 0
+    yarn = train(results, "scheme=rope", "scheme.scaling.type=yarn", "scheme.scaling.factor=8",
+                 "scheme.eval_variants=[]")
+    col = collect_all([Run(rope), Run(yarn)])
+    assert sorted(set(col.df["label"])) == [
+        "rope", "rope+yarn×8 · trained with scheme.scaling.factor=1.0, scheme.scaling.type=none",
+        "rope+yarn×8 · trained with scheme.scaling.factor=8, scheme.scaling.type=yarn"]
+    assert col.df["group"].nunique() == 1
+
+
+def test_a_finetunes_rows_name_their_parent_budget_and_method(results):
+    """A run fine-tuned from rope for 2 steps: its rows carry the parent's configuration, the fine-tuning steps
+    and the method (scheme label and fine-tune length); its label is the tag, without repeating the keys the tag
+    holds; the parent's rows are those of a run trained from scratch."""
+    rope = run_named(results, "rope")
+    before = set((results / "runs").iterdir())
+    r = invoke("finetune", rope, "train.seq_len=64", "train.batch_size=2", "train.steps=2", "--no-progress")
+    assert r.exit_code == 0, r.output
+    (ft,) = set((results / "runs").iterdir()) - before
+    col = collect_all([Run(rope), Run(ft)])
+    parent, child = (col.df[col.df["run"] == p.name] for p in (rope, ft))
+    assert set(parent["ft_parent"]) == {""} and set(parent["ft_steps"]) == {0} and set(parent["ft_method"]) == {"rope"}
+    assert set(child["ft_parent"]) == set(parent["config"]) and set(child["ft_steps"]) == {2}
+    assert set(child["ft_method"]) == {"rope @64"} and set(child["label"]) == {"rope ft2@64"}
+    assert set(parent["label"]) == {"rope"}
