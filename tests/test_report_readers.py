@@ -105,6 +105,7 @@ def test_two_spans_of_one_length_keep_their_own_windows_and_intervals(results):
     t = comparison(col, "nonoverlapping")
     other = [i for i in t.index if i[0].startswith("alibi · scored=")]
     assert len(other) == 1 and ("alibi", 32) in t.index  # the evaluation at the most lengths keeps the label
+    assert [i for i in t.index if i[0].startswith("rope")] == [("rope", 32)]  # the other run's rows keep theirs
     at_L = [t.loc[("alibi", 32), "32"], t.loc[other[0], "32"]]
     assert all("[" in c for c in at_L) and at_L[0] != at_L[1]  # each span its own windows and interval
     assert t.loc[other[0], "1024"] != "—" and t.loc[("alibi", 32), "1024"] == "—"
@@ -330,6 +331,7 @@ def test_an_unfinished_runs_rows_are_left_out_unless_they_come_from_eval_partial
                                                     "eval_csv_sha256": hashlib.sha256(text.encode()).hexdigest()}))
         col = collect_all([Run(rope)])
         assert len(col.left_out) == 1 and "is not finished (status interrupted)" in col.left_out[0], step
+        assert col.df.empty and col.windows == {}  # nothing left: an empty collection, not a broken one
 
 
 def test_a_report_on_a_full_disk_is_one_line_exit_1_and_the_previous_report_stands(results, monkeypatch):
@@ -567,4 +569,5 @@ def test_a_finetunes_rows_name_their_parent_budget_and_method(results):
     assert set(parent["ft_parent"]) == {""} and set(parent["ft_steps"]) == {0} and set(parent["ft_method"]) == {"rope"}
     assert set(child["ft_parent"]) == set(parent["config"]) and set(child["ft_steps"]) == {2}
     assert set(child["ft_method"]) == {"rope @64"} and set(child["label"]) == {"rope ft2@64"}
+    assert set(parent["bare"]) == set(child["ft_parent"])  # how the extension table finds the parent's rows
     assert set(parent["label"]) == {"rope"}
