@@ -571,3 +571,28 @@ def test_a_finetunes_rows_name_their_parent_budget_and_method(results):
     assert set(child["ft_method"]) == {"rope @64"} and set(child["label"]) == {"rope ft2@64"}
     assert set(parent["bare"]) == set(child["ft_parent"])  # how the extension table finds the parent's rows
     assert set(parent["label"]) == {"rope"}
+
+
+def test_a_diverged_seed_sits_in_its_configurations_row_and_makes_it_say_diverged(results):
+    """Seed 1 of alibi diverged (never evaluated): its rows take the precision seed 0 was evaluated in, so the
+    configuration is one row whose cells say 'diverged', over 2 seeds — not a row of its own."""
+    alibi = run_named(results, "alibi")
+    seed1 = train(results, "scheme=alibi", "seed=1")
+    meta = json.loads((seed1 / "meta.json").read_text())
+    (seed1 / "meta.json").write_text(json.dumps({**meta, "status": "diverged", "diverged_step": 1}))
+    (seed1 / "eval.csv").unlink()
+    (seed1 / "windows.csv").unlink()
+    col = collect_all([Run(alibi), Run(seed1)])
+    assert col.left_out == [] and set(col.df["precision"]) == {"fp32"}
+    t = comparison(col, "nonoverlapping")
+    assert list(t.index) == [("alibi", 32)] and t.loc[("alibi", 32), "seeds"] == 2
+    assert t.loc[("alibi", 32), "32"] == "diverged"
+
+
+def test_rows_a_keep_mask_leaves_out_never_shape_the_frame(results):
+    """collect_all(keep=…): the rows kept, renumbered 0…n−1, with the same columns as without the mask."""
+    runs = [Run(run_named(results, p)) for p in ("alibi", "rope")]
+    every = collect_all(runs).df
+    kept = collect_all(runs, keep=lambda d: d["mode"] == "nonoverlapping").df
+    assert list(kept.columns) == list(every.columns) and list(kept.index) == list(range(len(kept)))
+    assert len(kept) == (every["mode"] == "nonoverlapping").sum() > 0
