@@ -587,6 +587,28 @@ def test_a_diverged_seed_sits_in_its_configurations_row_and_makes_it_say_diverge
     t = comparison(col, "nonoverlapping")
     assert list(t.index) == [("alibi", 32)] and t.loc[("alibi", 32), "seeds"] == 2
     assert t.loc[("alibi", 32), "32"] == "diverged"
+    import hashlib  # seed 0 evaluated in bf16 (as on a GPU): seed 1's rows take bf16, still one row
+
+    frame = pd.read_csv(alibi / "eval.csv", dtype=str, keep_default_na=False)
+    text = frame.assign(precision="bf16").to_csv(index=False)
+    (alibi / "eval.csv").write_text(text)
+    (alibi / "windows.csv").unlink()
+    meta0 = json.loads((alibi / "meta.json").read_text())
+    meta0["eval_csv_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    (alibi / "meta.json").write_text(json.dumps(meta0))
+    col = collect_all([Run(alibi), Run(seed1)])
+    assert set(col.df["precision"]) == {"bf16"} and list(comparison(col, "nonoverlapping").index) == [("alibi", 32)]
+    alone = collect_all([Run(seed1)])  # no seed evaluated: the precision a CPU evaluation would use
+    assert set(alone.df["precision"]) == {"fp32"}
+
+
+def test_a_second_copy_of_a_run_counts_once_and_is_named(results):
+    """The same run directory copied under another name (results folders merged): its rows count once."""
+    alibi = run_named(results, "alibi")
+    shutil.copytree(alibi, alibi.with_name(alibi.name + "-copy"))
+    col = collect_all([Run(alibi), Run(alibi.with_name(alibi.name + "-copy"))])
+    assert col.left_out == [f"{alibi.name}-copy: a second copy of a run already read; the first is used"]
+    assert len(col.df) == len(collect_all([Run(alibi)]).df) and set(col.df["run"]) == {alibi.name}
 
 
 def test_rows_a_keep_mask_leaves_out_never_shape_the_frame(results):
