@@ -188,7 +188,7 @@ def _run_frame(run: Run, cfg: Config, rows: list[dict[str, Any]]) -> pd.DataFram
             d[c] = ""
     d["step"] = d["step"].replace({None: "", "None": ""}).astype(str).replace("", str(cfg.train.steps))
     for c in ("budget", "S", "precision"):
-        d[c] = d[c].fillna("").astype(str)
+        d[c] = [("" if pd.isna(v) else str(v)) for v in d[c]]
     d.insert(0, "run", run.path.name)
     return d
 
