@@ -609,6 +609,17 @@ def test_a_second_copy_of_a_run_counts_once_and_is_named(results):
     col = collect_all([Run(alibi), Run(alibi.with_name(alibi.name + "-copy"))])
     assert col.left_out == [f"{alibi.name}-copy: a second copy of a run already read; the first is used"]
     assert len(col.df) == len(collect_all([Run(alibi)]).df) and set(col.df["run"]) == {alibi.name}
+    assert list(col.df.index) == list(range(len(col.df))) and "index" not in col.df.columns
+
+
+def test_a_label_names_every_setting_that_differs_between_configurations(results):
+    """alibi with 1 layer of width 32 and alibi with 2 layers of width 48: each row's label lists both settings,
+    sorted and joined by ' · '."""
+    alibi = run_named(results, "alibi")
+    wide = train(results, "scheme=alibi", "model.n_layers=2", "model.d_model=48")
+    col = collect_all([Run(alibi), Run(wide)])
+    assert sorted(set(col.df["label"])) == ["alibi · model.d_model=32 · model.n_layers=1",
+                                            "alibi · model.d_model=48 · model.n_layers=2"]
 
 
 def test_rows_a_keep_mask_leaves_out_never_shape_the_frame(results):
