@@ -559,9 +559,16 @@ def test_a_finetunes_rows_name_their_parent_budget_and_method(results):
     """A run fine-tuned from rope for 2 steps: its rows carry the parent's configuration, the fine-tuning steps
     and the method (scheme label and fine-tune length); its label is the tag, without repeating the keys the tag
     holds; the parent's rows are those of a run trained from scratch."""
+    import re
+
+    from pe_bench.runs import numerics_of
+
     rope = run_named(results, "rope")
+    # the parent's CPU threads (the finetune recipe pins 2): other numerics would make the two runs' rows apart
+    threads = re.search(r"(\d+) threads$", numerics_of(Run(rope).meta())).group(1)
     before = set((results / "runs").iterdir())
-    r = invoke("finetune", rope, "train.seq_len=64", "train.batch_size=2", "train.steps=2", "--no-progress")
+    r = invoke("finetune", rope, "train.seq_len=64", "train.batch_size=2", "train.steps=2", f"train.threads={threads}",
+               "--no-progress")
     assert r.exit_code == 0, r.output
     (ft,) = set((results / "runs").iterdir()) - before
     col = collect_all([Run(rope), Run(ft)])
