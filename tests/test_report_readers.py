@@ -52,6 +52,23 @@ def run_named(results, prefix):
     return next(p for p in sorted((results / "runs").iterdir()) if p.name.startswith(prefix))
 
 
+def rewrite_eval_csv(run_dir, frame, **meta_changes):
+    """Replace a run's eval.csv by ``frame`` (as an older or another pe-bench would have written it) and record its
+    checksum in meta.json, with ``meta_changes``; its windows.csv goes (older runs had none)."""
+    import hashlib
+
+    text = frame.to_csv(index=False)
+    (run_dir / "eval.csv").write_text(text)
+    (run_dir / "windows.csv").unlink(missing_ok=True)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta.update(eval_csv_sha256=hashlib.sha256(text.encode()).hexdigest(), **meta_changes)
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def eval_frame(run_dir):
+    return pd.read_csv(run_dir / "eval.csv", dtype=str, keep_default_na=False)
+
+
 def cell(col, label, n, mode="nonoverlapping"):
     return comparison(col, mode).loc[(label, 32), str(n)]
 
@@ -320,15 +337,9 @@ def test_an_unfinished_runs_rows_are_left_out_unless_they_come_from_eval_partial
     col = collect_all([Run(rope), Run(run_named(results, "alibi"))])
     assert len(col.left_out) == 1 and f"{rope} is not finished (status interrupted)" in col.left_out[0]
     assert "rope" not in set(col.df["scheme"])
-    import hashlib
-
-    original = pd.read_csv(rope / "eval.csv", dtype=str, keep_default_na=False)
-    (rope / "windows.csv").unlink()
+    original = eval_frame(rope)
     for step in ("None", ""):  # un-stepped rows (older versions wrote 'None'): a full evaluation, not --partial
-        text = original.assign(step=step).to_csv(index=False)
-        (rope / "eval.csv").write_text(text)
-        (rope / "meta.json").write_text(json.dumps({**meta, "status": "interrupted",
-                                                    "eval_csv_sha256": hashlib.sha256(text.encode()).hexdigest()}))
+        rewrite_eval_csv(rope, original.assign(step=step))
         col = collect_all([Run(rope)])
         assert len(col.left_out) == 1 and "is not finished (status interrupted)" in col.left_out[0], step
         assert col.df.empty and col.windows == {}  # nothing left: an empty collection, not a broken one
@@ -511,20 +522,13 @@ def test_an_eval_csv_from_an_older_pe_bench_is_read_with_the_newer_columns_fille
     """eval.csv files written before the budget, step, note, S and precision columns existed: those read as empty
     text and the run's final step, with the same numbers; a step written as 'None' (as older versions did) is the
     final step too, and so are the older rows beside a diverged run's 'diverged' rows."""
-    import hashlib
-
     alibi = run_named(results, "alibi")
     run = Run(alibi)
     steps = run.load_config().train.steps
-    original = pd.read_csv(alibi / "eval.csv", dtype=str, keep_default_na=False)
-    (alibi / "windows.csv").unlink()  # older runs had no per-window losses either
+    original = eval_frame(alibi)
 
     def read_as(frame, **meta_changes):
-        text = frame.to_csv(index=False)
-        (alibi / "eval.csv").write_text(text)
-        meta = json.loads((alibi / "meta.json").read_text())
-        meta.update(eval_csv_sha256=hashlib.sha256(text.encode()).hexdigest(), **meta_changes)
-        (alibi / "meta.json").write_text(json.dumps(meta))
+        rewrite_eval_csv(alibi, frame, **meta_changes)
         col = collect_all([run])
         assert col.left_out == []
         return col.df
@@ -594,15 +598,7 @@ def test_a_diverged_seed_sits_in_its_configurations_row_and_makes_it_say_diverge
     t = comparison(col, "nonoverlapping")
     assert list(t.index) == [("alibi", 32)] and t.loc[("alibi", 32), "seeds"] == 2
     assert t.loc[("alibi", 32), "32"] == "diverged"
-    import hashlib  # seed 0 evaluated in bf16 (as on a GPU): seed 1's rows take bf16, still one row
-
-    frame = pd.read_csv(alibi / "eval.csv", dtype=str, keep_default_na=False)
-    text = frame.assign(precision="bf16").to_csv(index=False)
-    (alibi / "eval.csv").write_text(text)
-    (alibi / "windows.csv").unlink()
-    meta0 = json.loads((alibi / "meta.json").read_text())
-    meta0["eval_csv_sha256"] = hashlib.sha256(text.encode()).hexdigest()
-    (alibi / "meta.json").write_text(json.dumps(meta0))
+    rewrite_eval_csv(alibi, eval_frame(alibi).assign(precision="bf16"))  # seed 0 in bf16 (as on a GPU): still one row
     col = collect_all([Run(alibi), Run(seed1)])
     assert set(col.df["precision"]) == {"bf16"} and list(comparison(col, "nonoverlapping").index) == [("alibi", 32)]
     alone = collect_all([Run(seed1)])  # no seed evaluated: the precision a CPU evaluation would use
