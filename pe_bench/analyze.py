@@ -106,6 +106,15 @@ def analyze(model: Decoder, cfg: Config, data, device: torch.device, examples: i
     return rows
 
 
+def write_analysis_files(rows: list[dict], out: Path, made_at: dict | None = None) -> list[Path]:
+    """attention.csv and analysis.json (``made_at``: the step of the weights, of how many, the run's status) under
+    ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "attention.csv", rows, ATTENTION_COLUMNS)
+    atomic_write_text(out / ANALYSIS_META, json.dumps(made_at or {}, indent=1, sort_keys=True) + "\n")
+    return [out / "attention.csv"]
+
+
 def summary_lines(rows: list[dict], train_len: int) -> list[str]:
     """One line per eval length: the statistics averaged over layers and heads, for queries before L and from L on
     (weighted by queries)."""
@@ -121,70 +130,6 @@ def summary_lines(rows: list[dict], train_len: int) -> list[str]:
                              f"{mean['distance']:.1f}, sink {mean['sink_mass']:.2f}")
         out.append(f"L_eval={n}: " + "; ".join(parts))
     return out
-
-
-def write_analysis(rows: list[dict], out: Path, title: str, made_at: dict | None = None) -> list[Path]:
-    """attention.csv, analysis.json (``made_at``: the step of the weights, of how many, the run's status) and (with
-    matplotlib) attention.png under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "attention.csv", rows, ATTENTION_COLUMNS)
-    atomic_write_text(out / ANALYSIS_META, json.dumps(made_at or {}, indent=1, sort_keys=True) + "\n")
-    written = [out / "attention.csv"]
-    try:
-        fig = attention_figure(rows, title)
-    except ImportError:
-        return written
-    from pe_bench.plots import _save
-
-    _save(fig, out / "attention.png")
-    return written + [out / "attention.png"]
-
-
-PANELS = (("entropy_norm", "entropy / log(visible keys)"), ("distance", "mean attended distance (tokens)"),
-          ("sink_mass", "attention mass on token 0"))
-
-
-def attention_figure(rows: list[dict], title: str = ""):
-    """Rows: the three statistics; columns: layers; one line per head at the longest evaluation length (it covers
-    every query position; for text, a query at position i sees the same keys at every length), x = query position;
-    the training length L marked; uniform attention dotted (entropy 1, distance i/2)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from pe_bench.plots import L_LINE
-
-    n_layers = max(r["layer"] for r in rows) + 1
-    n_heads = max(r["head"] for r in rows) + 1
-    L = rows[0]["L_train"]
-    longest = max(r["L_eval"] for r in rows)
-    fig, axes = plt.subplots(len(PANELS), n_layers, figsize=(3.4 * n_layers + 1.5, 2.7 * len(PANELS) + 0.8),
-                             dpi=110, squeeze=False, sharex=True, sharey="row", layout="constrained")
-    colours = matplotlib.colormaps["tab10"]
-    for col in range(n_layers):
-        for r, (key, words) in enumerate(PANELS):
-            ax = axes[r][col]
-            for head in range(n_heads):
-                pts = sorted((0.5 * (x["q_start"] + x["q_end"] - 1), x[key]) for x in rows
-                             if x["layer"] == col and x["head"] == head and x["L_eval"] == longest)
-                ax.plot(*zip(*pts), color=colours(head % 10), lw=1.4, label=f"head {head}")
-            if key == "entropy_norm":
-                ax.axhline(1.0, color="#555555", lw=0.8, ls=":", label="uniform attention")
-            if key == "distance":
-                ax.plot([0, longest], [0, longest / 2], color="#555555", lw=0.8, ls=":", label="uniform attention")
-            ax.axvline(L, label=f"L = {L} (training length)", **L_LINE)
-            ax.grid(alpha=0.3)
-            if r == 0:
-                ax.set_title(f"layer {col}", fontsize=10)
-            if col == 0:
-                ax.set_ylabel(words, fontsize=8)
-            if r == len(PANELS) - 1:
-                ax.set_xlabel("query position", fontsize=8)
-    handles, labels = axes[0][-1].get_legend_handles_labels()
-    axes[0][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
-    fig.suptitle(title or f"attention by query position at {longest} tokens (trained at L = {L})", fontsize=11)
-    return fig
 
 
 def default_title(cfg: Config, label: str, longest: int) -> str:

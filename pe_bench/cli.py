@@ -25,7 +25,8 @@ except ImportError:  # older typer runs on click itself
 # Only light modules at import time: help, `schemes`, `--version`, `--cfg` and configuration errors answer without
 # importing torch (scripts/bench_cli_startup.py measures it). Commands import what they need.
 from pe_bench import __version__, schemes
-from pe_bench.config import GROUPS, ConfigError, apply_overrides, compose, preset_names, to_yaml
+from pe_bench.config import GROUPS, ConfigError, apply_overrides, preset_names, to_yaml
+from pe_bench.finetune import compose_run
 
 # Off a terminal (logs, CI) rich would assume 80 columns and truncate numbers; tables are never cut.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -223,13 +224,13 @@ def finetune(run_dir: Path = typer.Argument(..., help="The parent: a finished ru
     tokens per step, 100 steps, lr 5e-4) unless overridden; the new run lies beside its parent, named after it, and is
     evaluated at its parent's eval lengths and its own L unless eval.* says otherwise (`pe-bench train
     finetune.from_run=RUN_DIR ...` is the same)."""
-    from pe_bench.launchers import hydra_quoted
+    from pe_bench.config import hydra_quoted
 
     _train([f"finetune.from_run={hydra_quoted(str(run_dir))}", *(overrides or [])], progress, cfg_only)
 
 
 def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
-    cfg = compose(overrides, scheme=False)  # configuration errors first, before torch is imported
+    cfg = compose_run(overrides, scheme=False)  # configuration errors first, before torch is imported
     if cfg.finetune.from_run:
         from pe_bench.finetune import warmup_warning
 
@@ -323,7 +324,8 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     attention.csv and attention.png."""
     run, saved, cfg = _trained_run(run_dir, overrides)
     from pe_bench.analyze import analyze as attention_stats
-    from pe_bench.analyze import default_title, summary_lines, write_analysis
+    from pe_bench.analyze import default_title, summary_lines
+    from pe_bench.publish import write_analysis
     from pe_bench.build import build_scheme
     from pe_bench.config import scheme_spec
     from pe_bench.device import resolve_device
@@ -637,7 +639,8 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
 
 def _report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> None:
     """The accuracy tables and plots of task runs (left-out runs named): printed and written under ``out``."""
-    from pe_bench.task_report import collect_accuracy, write_accuracy_report
+    from pe_bench.publish import write_accuracy_report
+    from pe_bench.task_report import collect_accuracy
 
     acc = collect_accuracy(runs)
     for line in acc.left_out:
@@ -657,7 +660,7 @@ def _report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> Non
 
 
 def _write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> None:
-    from pe_bench.report import write_report
+    from pe_bench.publish import write_report
 
     try:
         written = write_report(df, pos, out, title, split, modes, plots)

@@ -17,13 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes
+from pe_bench.errors import ConfigError
+from pe_bench.tasks import TASK_READS, TaskConfig, check_lengths
 from pe_bench.ranges import fmt, range_problem, ranged
 
 GROUPS = ("scheme", "task", "model", "data", "train", "eval")
-
-
-class ConfigError(ValueError):
-    """A user-facing configuration problem; its message is one line that names the fix."""
 
 
 def config_dir() -> Path:
@@ -140,29 +138,6 @@ class EvalConfig:
 
 
 @dataclass
-class TaskConfig:
-    """What the model is trained and evaluated on: ``lm`` (next-token prediction on the corpus, perplexity) or a
-    synthetic task (pe_bench/tasks.py: exact-match accuracy on held-out examples). Each task reads the keys listed in
-    ``TASK_READS``; any other key set away from its default is refused."""
-
-    name: str = "lm"  # lm | passkey | assoc_recall | copy | reverse | addition
-    # Training examples: each one's size drawn uniformly up to what fills L (uniform), with that bound growing
-    # linearly from the smallest size to L's over the first curriculum_fraction of the steps (curriculum), or
-    # always filling L (fixed). Examples shorter than L are padded at the end (never scored).
-    train_lengths: str = "uniform"  # uniform | curriculum | fixed
-    curriculum_fraction: float = ranged(0.5, gt=0, le=1)
-    eval_examples: int = ranged(100, ge=1)  # held-out examples per eval length (passkey: per length × depth)
-    symbols: int = ranged(16, ge=2)  # copy, reverse: the string alphabet; passkey (filler=random): filler alphabet
-    key_digits: int = ranged(5, ge=1)  # passkey: digits of the key
-    filler: str = "random"  # passkey: random (symbols) | text (bytes of the data split: data.* picks the corpus)
-    depths: int = ranged(11, ge=1)  # passkey: evaluated depths, evenly spaced in [0, 1] (11: 10 % steps)
-    n_keys: int = ranged(512, ge=2)  # assoc_recall: key vocabulary (keys are distinct within an example)
-    n_values: int = ranged(64, ge=2)  # assoc_recall: value vocabulary
-    queries: int = ranged(4, ge=1)  # assoc_recall: queried keys per example
-    reverse_digits: bool = True  # addition: operands and sum least-significant digit first (the known trick)
-
-
-@dataclass
 class FinetuneConfig:
     """Where a fine-tuned run starts (``pe-bench finetune RUN_DIR``): its parent's trained weights. Every field but
     ``new_positions`` is filled in from the parent; ``from_run`` (where the parent lies) is not part of the run's
@@ -213,16 +188,6 @@ CHOICES = {
     "task.train_lengths": ("uniform", "curriculum", "fixed"),
     "task.filler": ("random", "text"),
     "finetune.new_positions": ("extend", "interpolate"),
-}
-# The task keys each task reads (pe_bench/tasks.py); any other key set away from its default is refused.
-_TASK_COMMON = {"train_lengths", "curriculum_fraction", "eval_examples"}
-TASK_READS = {
-    "lm": set(),
-    "passkey": _TASK_COMMON | {"symbols", "key_digits", "filler", "depths"},
-    "assoc_recall": _TASK_COMMON | {"n_keys", "n_values", "queries"},
-    "copy": _TASK_COMMON | {"symbols"},
-    "reverse": _TASK_COMMON | {"symbols"},
-    "addition": _TASK_COMMON | {"reverse_digits"},
 }
 EVAL_MODES = ("nonoverlapping", "sliding", "per_position")
 
@@ -323,7 +288,7 @@ def _typed(schema: type, values: Any, prefix: str) -> Any:
             raise ConfigError(problem)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        raise ConfigError(_omegaconf_message(e, prefix, schema)) from None
+        raise ConfigError(omegaconf_message(e, prefix, schema)) from None
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:  # __post_init__ checks
@@ -344,7 +309,7 @@ def _reprefix(message: str, prefix: str) -> str:
     return re.sub(r"\bscheme\.", f"{prefix}.", message)
 
 
-def _omegaconf_message(e: OmegaConfBaseException, prefix: str, schema: type) -> str:
+def omegaconf_message(e: OmegaConfBaseException, prefix: str, schema: type) -> str:
     key = getattr(e, "full_key", None) or ""
     full = f"{prefix}.{key}" if prefix and key else (key or prefix)
     text = str(e).splitlines()[0]
@@ -390,7 +355,7 @@ def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
             raise ConfigError(problem)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
-        raise ConfigError(_omegaconf_message(e, "", Config)) from None
+        raise ConfigError(omegaconf_message(e, "", Config)) from None
     for dotted, allowed in CHOICES.items():
         group, key = dotted.split(".")
         value = getattr(getattr(cfg, group), key)
@@ -435,8 +400,6 @@ def _check_relations(cfg: Config) -> None:
         raise ConfigError("finetune.* is set but there is no parent run: fine-tune with "
                           "`pe-bench finetune RUN_DIR ...` (or finetune.from_run=RUN_DIR)")
     if cfg.task.name != "lm":
-        from pe_bench.tasks import check_lengths
-
         if cfg.eval.split != EvalConfig().split:
             raise ConfigError(f"eval.split={cfg.eval.split} is not read by task={cfg.task.name}: a task is evaluated "
                               "on its held-out examples, which belong to no data split; remove eval.split")
@@ -611,11 +574,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     ConfigStore.instance().store(name="pe_bench_schema", node=Config)  # config.yaml's first default
     overrides = list(overrides)
     check_override_words(overrides)
-    parent = _finetune_parent(overrides)
-    if parent is not None:  # a fine-tune: its parent's config is the base, not config.yaml
-        from pe_bench.finetune import compose_finetune
-
-        return compose_finetune(parent[0], parent[1])
+    if finetune_parent(overrides) is not None:  # a fine-tune's base is its parent's config, not config.yaml
+        raise ConfigError("finetune.from_run is set: a fine-tune's config is its parent's; compose it with "
+                          "pe_bench.finetune.compose_run (`pe-bench finetune RUN_DIR ...`)")
     _check_group_choices(overrides)
     chosen = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
     if chosen.get("train") == "smoke" and "eval" not in chosen:
@@ -633,7 +594,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     return validate(raw, scheme=scheme)
 
 
-def _finetune_parent(overrides: list[str]) -> tuple[str, list[str]] | None:
+def finetune_parent(overrides: list[str]) -> tuple[str, list[str]] | None:
     """(parent run directory, the other overrides) when the overrides name finetune.from_run, else None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -665,6 +626,13 @@ def check_override_words(words: list[str], command: str = "train") -> None:
         if o.is_sweep_override():
             raise ConfigError(f"'{o.input_line}' is a sweep axis (several values) but `pe-bench {command}` runs "
                               f"one configuration: use `pe-bench sweep {o.input_line} ...`, or give one value")
+
+
+def hydra_quoted(value: str) -> str:
+    """A path as one quoted Hydra override value: `~`, spaces, `=`, `,` and the like are not read as syntax (the
+    default cache_dir, ~/.cache/pe-bench, is not a valid unquoted value)."""
+    doubled = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, str(value))  # Hydra: escaped before a quote or the end
+    return "'" + doubled.replace("'", "\\'") + "'"
 
 
 def _check_group_choices(overrides: list[str]) -> None:
@@ -724,7 +692,7 @@ def apply_overrides(cfg: Config, overrides: list[str], allowed: tuple[str, ...] 
             try:
                 OmegaConf.update(raw, key, value, merge=True)
             except OmegaConfBaseException as e:
-                raise ConfigError(_omegaconf_message(e, "", Config)) from None
+                raise ConfigError(omegaconf_message(e, "", Config)) from None
     return validate(raw)
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pe_bench.config import DataConfig
+from pe_bench.config import Config, DataConfig, run_lengths
+from pe_bench.errors import ConfigError
+from pe_bench.tasks import Task, TaskData, build_task
 
 SPLITS = ("train", "validation", "test")
 CACHE_VERSION = 1  # bump when tokenization changes
@@ -462,3 +464,29 @@ def random_batch(tokens: np.ndarray, batch_size: int, seq_len: int, generator: t
     block = torch.from_numpy(np.stack([np.asarray(tokens[s : s + seq_len + 1], dtype=np.int64) for s in starts]))
     block = block.to(device, non_blocking=True)
     return block[:, :-1], block[:, 1:]
+
+
+def load_task_data(cfg: Config) -> TaskData:
+    """The task of a config, with the corpus's byte tokens when passkey's filler is text."""
+    filler, fingerprint = None, ""
+    if cfg.task.name == "passkey" and cfg.task.filler == "text":
+        corpus = load_tokens(cfg.data, cfg.cache_dir)
+        if corpus.vocab_size > 256:
+            raise ConfigError("task.filler=text reads the corpus as bytes: use data.tokenizer=byte")
+        filler, fingerprint = corpus.splits, corpus.fingerprint
+    task = build_task(cfg.task, filler)
+    if filler is not None:
+        _check_filler(task, cfg, filler)
+    return TaskData(task, task.vocab_size, fingerprint)
+
+
+def _check_filler(task: Task, cfg: Config, splits: dict[str, np.ndarray]) -> None:
+    """Passkey's text filler: each split must hold more tokens than the longest filler drawn from it (a DataError
+    before anything is created, never a row of the evaluation)."""
+    for split, n, key in (("train", cfg.train.seq_len, "train.seq_len"),
+                          ("validation", max(run_lengths(cfg)), "eval.lengths")):
+        need = task.max_size(n) + 1
+        if len(splits[split]) < need:
+            raise DataError(f"task.filler=text: the {split} split of data={cfg.data.name} holds {len(splits[split])} "
+                            f"tokens, fewer than the {need} that passkey's filler at length {n} needs; use a longer "
+                            f"corpus (data=...) or a shorter {key}")

@@ -7,7 +7,8 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from pe_bench.config import ConfigError, TrainConfig
+from pe_bench.config import TrainConfig
+from pe_bench.errors import ConfigError
 
 
 def resolve_device(name: str) -> torch.device:

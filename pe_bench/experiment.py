@@ -10,7 +10,7 @@ from contextlib import ExitStack
 import torch
 
 from pe_bench.config import Config, ConfigError, fixed_option_changes, scheme_spec, with_options
-from pe_bench.data import TokenizedCorpus, load_tokens
+from pe_bench.data import TokenizedCorpus, load_task_data, load_tokens
 from pe_bench.device import resolve_device, use_bf16, use_compile
 from pe_bench.distributed import StopRequested, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
@@ -22,7 +22,7 @@ from pe_bench.build import build_scheme
 from pe_bench.model import Decoder
 from pe_bench.progress import duration, run_summary, say
 from pe_bench.runs import Run, RunBusy, RunFileError, digest, file_sha256, identity, read_csv, write_csv
-from pe_bench.tasks import TaskData, load_task_data
+from pe_bench.tasks import TaskData
 from pe_bench.train import Diverged, check_checkpoint, load_trained, train
 
 WINDOWS_CSV = "windows.csv"

@@ -84,11 +84,9 @@ def _cell(c: pd.DataFrame) -> str | float:
     return round(float(v.mean()), 3) if len(v) == 1 else f"{v.mean():.3f} ± {v.std(ddof=1):.3f}"
 
 
-def write_extension(col: Collected, out: Path, title: str = "", split: str = "validation",
-                    plots: bool = True) -> list[Path]:
-    """extension.csv, extension.md and ppl_vs_finetune_steps.png (non-overlapping blocks); nothing without
-    fine-tuned runs."""
-    t = extension_table(col, "nonoverlapping", split)
+def write_extension(t: pd.DataFrame, out: Path, title: str = "", split: str = "validation") -> list[Path]:
+    """extension.csv and extension.md of an ``extension_table`` (non-overlapping blocks); nothing when it is empty
+    (no fine-tuned runs)."""
     if t.empty:
         return []
     out.mkdir(parents=True, exist_ok=True)
@@ -100,12 +98,6 @@ def write_extension(col: Collected, out: Path, title: str = "", split: str = "va
              "eval length in tokens; steps 0 = the parent evaluated with the method's eval-time options)\n",
              markdown.table(header, t.itertuples(index=False))]
     atomic_write_text(paths[1], "\n".join(x for x in lines if x) + "\n")
-    if plots:
-        from pe_bench.plots import plot_extension
-
-        p = plot_extension(t, out / "ppl_vs_finetune_steps.png", title)
-        if p is not None:
-            paths.append(p)
     return paths
 
 

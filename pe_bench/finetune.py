@@ -9,18 +9,11 @@ What a fine-tune may change is what does not change the meaning of the parent's 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from omegaconf import OmegaConf
 
-from pe_bench.config import (Config, ConfigError, apply_overrides, check_override_words, fixed_option_changes,
-                             run_lengths, validate)
-from pe_bench.runs import Run, RunFileError, digest, identity
-
-if TYPE_CHECKING:
-    import torch
-
-    from pe_bench.model import Decoder
+from pe_bench.config import (Config, ConfigError, apply_overrides, check_override_words, compose, finetune_parent,
+                             fixed_option_changes, run_lengths, validate)
+from pe_bench.runs import Run, digest, identity
 
 PRESET = "finetune"  # configs/train/finetune.yaml: the recipe of a fine-tune that names no train preset
 CHANGEABLE = ("train", "eval", "scheme", "finetune", "attention", "results_dir", "cache_dir")
@@ -58,6 +51,17 @@ def parent_run(path: str | Path) -> tuple[Run, Config]:
         raise ConfigError(f"{run.checkpoint} is missing: the parent's weights are gone, so nothing can be fine-tuned "
                           "from it; train the parent again in a new results_dir")
     return run, cfg
+
+
+def compose_run(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) -> Config:
+    """One run's config from Hydra overrides: a fine-tune's (``compose_finetune``) when they name
+    finetune.from_run — ``pe-bench train finetune.from_run=RUN_DIR`` is ``pe-bench finetune RUN_DIR`` — else
+    ``config.compose`` (``scheme``: see there)."""
+    check_override_words(list(overrides))
+    parent = finetune_parent(list(overrides))
+    if parent is not None:
+        return compose_finetune(*parent)
+    return compose(overrides, scheme=scheme)
 
 
 def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -121,29 +125,3 @@ def _check_scheme_options(parent: Config, cfg: Config) -> None:
     if fixed:
         raise ConfigError(f"scheme.{fixed[0]} is fixed by the parent's weights for {old['name']} (trained with "
                           f"{old.get(fixed[0])!r}); options a fine-tune of {old['name']} may change: {allowed}")
-
-
-def load_parent(model: Decoder, cfg: Config, device: torch.device, corpus=None) -> int:
-    """Put the parent's final weights into ``model`` (the fine-tune's, freshly built): checked to be the parent the
-    config names, on the same data, at its last step; the scheme adapts what its shapes changed (``inherit``).
-    Returns the parent's step."""
-    from pe_bench.train import check_checkpoint
-
-    f = cfg.finetune
-    parent = Run(Path(f.from_run).expanduser())
-    if parent.path.name != f.parent:
-        raise RunFileError(f"{parent.path} is not {f.parent}, the parent this fine-tune was made from; put the parent "
-                           "back or fine-tune the run that is there with `pe-bench finetune`")
-    pcfg = parent.load_config()
-    ckpt = parent.load_checkpoint(device)
-    check_checkpoint(parent, ckpt, pcfg, corpus)
-    if digest(identity(pcfg, seed=False)) != f.parent_config or int(ckpt["step"]) != pcfg.train.steps:
-        raise RunFileError(f"{parent.checkpoint} is not the finished parent this fine-tune was made from (step "
-                           f"{ckpt['step']}/{pcfg.train.steps}); put the parent back as it was")
-    state = dict(ckpt["model"])
-    try:
-        model.scheme.inherit(state, "scheme.", f.new_positions)
-        model.load_state_dict(state)
-    except (ValueError, RuntimeError) as e:
-        raise ConfigError(f"the parent's weights do not fit this fine-tune: {str(e).strip().splitlines()[0]}") from None
-    return int(ckpt["step"])

@@ -6,7 +6,6 @@ sweep config and the command line's flags; the CLI only prints what they say."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pe_bench.config import Config, ConfigError
+from pe_bench.config import Config, ConfigError, hydra_quoted
 from pe_bench.runs import Run, RunBusy, atomic_write_text
 from pe_bench.sweep import Point, SlurmLauncher, SweepConfig, squeue_tasks
 
@@ -141,13 +140,6 @@ def run_sequential(todo: list[Point], say: Say, progress: bool) -> dict[str, str
         if status == "failed":
             say(f"[{i}/{len(todo)}] {p.label}: failed: {p.run.meta().get('error')}")
     return results
-
-
-def hydra_quoted(value: str) -> str:
-    """A path as one quoted Hydra override value: `~`, spaces, `=`, `,` and the like are not read as syntax (the
-    default cache_dir, ~/.cache/pe-bench, is not a valid unquoted value)."""
-    doubled = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, str(value))  # Hydra: escaped before a quote or the end
-    return "'" + doubled.replace("'", "\\'") + "'"
 
 
 def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say) -> dict[str, str]:

@@ -570,3 +570,57 @@ def plot_extension(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
         fig.suptitle(title, fontsize=10)
     _save(fig, path)
     return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention analysis (pe-bench analyze): statistics by query position, per layer and head
+# ---------------------------------------------------------------------------------------------------------------
+PANELS = (("entropy_norm", "entropy / log(visible keys)"), ("distance", "mean attended distance (tokens)"),
+          ("sink_mass", "attention mass on token 0"))
+
+
+def attention_figure(rows: list[dict], title: str = ""):
+    """Rows: the three statistics; columns: layers; one line per head at the longest evaluation length (it covers
+    every query position; for text, a query at position i sees the same keys at every length), x = query position;
+    the training length L marked; uniform attention dotted (entropy 1, distance i/2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_layers = max(r["layer"] for r in rows) + 1
+    n_heads = max(r["head"] for r in rows) + 1
+    L = rows[0]["L_train"]
+    longest = max(r["L_eval"] for r in rows)
+    fig, axes = plt.subplots(len(PANELS), n_layers, figsize=(3.4 * n_layers + 1.5, 2.7 * len(PANELS) + 0.8),
+                             dpi=110, squeeze=False, sharex=True, sharey="row", layout="constrained")
+    colours = matplotlib.colormaps["tab10"]
+    for col in range(n_layers):
+        for r, (key, words) in enumerate(PANELS):
+            ax = axes[r][col]
+            for head in range(n_heads):
+                pts = sorted((0.5 * (x["q_start"] + x["q_end"] - 1), x[key]) for x in rows
+                             if x["layer"] == col and x["head"] == head and x["L_eval"] == longest)
+                ax.plot(*zip(*pts), color=colours(head % 10), lw=1.4, label=f"head {head}")
+            if key == "entropy_norm":
+                ax.axhline(1.0, color="#555555", lw=0.8, ls=":", label="uniform attention")
+            if key == "distance":
+                ax.plot([0, longest], [0, longest / 2], color="#555555", lw=0.8, ls=":", label="uniform attention")
+            ax.axvline(L, label=f"L = {L} (training length)", **L_LINE)
+            ax.grid(alpha=0.3)
+            if r == 0:
+                ax.set_title(f"layer {col}", fontsize=10)
+            if col == 0:
+                ax.set_ylabel(words, fontsize=8)
+            if r == len(PANELS) - 1:
+                ax.set_xlabel("query position", fontsize=8)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    axes[0][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    fig.suptitle(title or f"attention by query position at {longest} tokens (trained at L = {L})", fontsize=11)
+    return fig
+
+
+def plot_attention(rows: list[dict], path: Path, title: str = "") -> Path:
+    """attention_figure saved at ``path``; ImportError without matplotlib."""
+    _save(attention_figure(rows, title), path)
+    return path

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from pe_bench import markdown, stats
 from pe_bench.build import build_scheme
-from pe_bench.config import Config, ConfigError
+from pe_bench.config import Config, ConfigError, reference_length, run_lengths, scheme_spec, with_options
 from pe_bench.finetune import finetune_tag, method_tag
 from pe_bench.markdown import label_value
 from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of, read_csv
@@ -100,10 +100,6 @@ def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
 
 def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows that say 'diverged' at every length and mode the run would have been evaluated at."""
-    from pe_bench.evaluate import reference_length, run_lengths
-
-    from pe_bench.config import scheme_spec, with_options
-
     L, ecfg = reference_length(cfg), cfg.eval
     spec = scheme_spec(cfg.scheme)
     labels = dict.fromkeys(build_scheme(cfg, sp).label() for sp in
@@ -635,15 +631,6 @@ def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.Data
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
-                 modes: tuple[str, ...] | list[str] = MODES, plots: bool = True) -> list[Path]:
-    """Everything `pe-bench report` writes: eval_long.csv, comparison.csv/.md and (with matplotlib) the plots.
-    Written in a staging folder inside ``out`` and moved into place once all of it is written: a report that fails
-    (disk full, a crash) leaves the previous one whole. Raises ImportError if plots were asked for and matplotlib is
-    missing (nothing is moved then)."""
-    return replace_together(out, lambda staging: _write_report_files(df, pos, staging, title, split, modes, plots))
-
-
 def replace_together(out: Path, write: Callable[[Path], list[Path]]) -> list[Path]:
     """``write(staging)`` writes a report's files into a staging folder inside ``out``; once all are written they
     are moved into ``out`` (a rename each: no space needed). Any failure leaves ``out`` as it was."""
@@ -658,8 +645,9 @@ def replace_together(out: Path, write: Callable[[Path], list[Path]]) -> list[Pat
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _write_report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str,
-                        modes: tuple[str, ...] | list[str], plots: bool) -> list[Path]:
+def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split: str) -> tuple[Collected, list[Path]]:
+    """eval_long.csv (every row, sorted) and the comparison tables under ``out``; returns the sorted rows and the
+    files written."""
     col = df if isinstance(df, Collected) else Collected(df)
     df = col.df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
     col = Collected(df, col.windows, col.left_out)
@@ -667,14 +655,4 @@ def _write_report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Pa
     fine_tunes = (df.get("ft_parent", pd.Series([], dtype=str)) != "").any()
     plain = df if fine_tunes else df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore")
     atomic_write_text(out / "eval_long.csv", plain.to_csv(index=False))
-    written = [out / "eval_long.csv", *write_tables(col, out, title, split)]
-    from pe_bench.extension import write_extension
-
-    written += write_extension(col, out, title, split, plots)  # fine-tunes by method and budget, if any
-    if plots:
-        from pe_bench.plots import plot_lengths, plot_positions
-
-        for m in modes:
-            written.append(plot_lengths(df, out / f"ppl_vs_length_{m}.png", m, split, title))
-        written.append(plot_positions(pos, out / "loss_vs_position.png", split, df, title))
-    return [p for p in written if p is not None]
+    return col, [out / "eval_long.csv", *write_tables(col, out, title, split)]

@@ -31,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pe_bench.config import Config, ConfigError, from_yaml, to_yaml
+from pe_bench.config import Config, ConfigError, from_yaml, to_yaml, validate
 
 if TYPE_CHECKING:
     import torch
@@ -388,3 +388,29 @@ class Run:
         return {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch.__version__,
                 "python": platform.python_version(), "device": device_name(device), "host": platform.node(),
                 "numerics": numerics(device)}
+
+
+def checkpoint_identity(cfg: Config) -> str:
+    """The hash of everything that defines the trained model (the run name's hash): stored in every checkpoint and
+    checked whenever one is loaded, so a checkpoint is never evaluated or resumed as another run."""
+    return digest(identity(cfg))
+
+
+def check_checkpoint(run: Run, ckpt: dict, cfg: Config, corpus: Any = None) -> None:
+    """Refuse a checkpoint that belongs to another configuration (copied in, or a config.yaml edited by hand), or
+    that was trained on other data than the corpus now behind the same config (a local file replaced). ``corpus``:
+    what the run trains on; its ``fingerprint``, when it has one, is compared with the checkpoint's."""
+    saved = ckpt.get("identity") or digest(identity(_config_from(ckpt)))
+    if saved != checkpoint_identity(cfg):
+        raise RunFileError(f"{run.checkpoint} belongs to another configuration (identity {saved}, this run's "
+                           f"{checkpoint_identity(cfg)}): it was copied from another run or the config changed; "
+                           "delete it or put it back in its own run directory")
+    now = getattr(corpus, "fingerprint", None)
+    if ckpt.get("data") and now and ckpt["data"] != now:
+        raise RunFileError(f"{run.checkpoint} was trained on other data than {cfg.data.name} holds now (data "
+                           f"fingerprint {ckpt['data']} → {now}: a data file changed); restore the file, or move "
+                           "the run directory away to train on the new data")
+
+
+def _config_from(ckpt: dict) -> Config:
+    return validate(ckpt["config"])

@@ -20,8 +20,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes
-from pe_bench.config import (GROUPS, Config, ConfigError, _omegaconf_message, compose, config_dir, preset_names,
+from pe_bench.config import (GROUPS, Config, ConfigError, config_dir, hydra_quoted, omegaconf_message, preset_names,
                              validate)
+from pe_bench.finetune import compose_finetune, compose_run
 from pe_bench.runs import Run
 
 LAUNCHERS = ("local", "slurm")
@@ -121,7 +122,7 @@ def load_sweep(name: str, overrides: list[str] = ()) -> SweepConfig:
             cfg.extension.methods = OmegaConf.from_dotlist([f"m={methods[-1]}"]).m
         sweep: SweepConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
-        raise ConfigError(_omegaconf_message(e, "sweep", SweepConfig)) from None
+        raise ConfigError(omegaconf_message(e, "sweep", SweepConfig)) from None
     if sweep.launcher not in LAUNCHERS:
         raise ConfigError(f"sweep.launcher={sweep.launcher!r} is not one of: {', '.join(LAUNCHERS)}")
     ext = sweep.extension
@@ -249,7 +250,7 @@ def plan(points: list[list[str]]) -> list[Point]:
     """Validate every point (before anything runs) and read its state from its run directory."""
     out = []
     for overrides in points:
-        cfg = compose(overrides)
+        cfg = compose_run(overrides)
         out.append(inspect(Point(overrides, cfg, Run.for_config(cfg))))
     width = max((len(p) for p in points), default=0)
     varying = [i for i in range(width) if len({p[i] if i < len(p) else None for p in points}) > 1]
@@ -466,8 +467,6 @@ def _finished_runs(dirs: set[Path]) -> list[tuple[tuple, str, float, float, str,
 def finetune_points(sweep: SweepConfig, parents: list[Point]) -> list[Point]:
     """The fine-tunes of the finished parents: parent × method × budget > 0, each a `pe-bench train
     finetune.from_run=...` override list (so every launcher runs them as it runs any point)."""
-    from pe_bench.launchers import hydra_quoted
-
     ext = sweep.extension
     if ext is None or not parents:
         return []
@@ -487,8 +486,6 @@ def finetune_points(sweep: SweepConfig, parents: list[Point]) -> list[Point]:
 def baseline_configs(sweep: SweepConfig, parent: Point) -> dict[str, Config]:
     """Budget 0 of each method: the parent's config with the evaluation of the method's fine-tunes and the method's
     eval-time scheme options (no other variants) — what `pe-bench eval` of the parent with those options measures."""
-    from pe_bench.finetune import compose_finetune
-
     ext = sweep.extension
     out = {}
     for name, overrides in (ext.methods.items() if ext else ()):

@@ -18,9 +18,10 @@ import pandas as pd
 
 from pe_bench import markdown
 from pe_bench.accuracy import ACCURACY_COLUMNS
-from pe_bench.config import Config
-from pe_bench.report import UNLABELLED, config_identity, flatten, mixed_numerics, read_whole_csv, replace_together
+from pe_bench.config import Config, reference_length, run_lengths
+from pe_bench.report import UNLABELLED, config_identity, flatten, mixed_numerics, read_whole_csv
 from pe_bench.runs import Run, RunFileError, atomic_write_text
+from pe_bench.tasks import build_task
 
 REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples", "seed",
             "status")
@@ -49,9 +50,6 @@ def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
-    from pe_bench.evaluate import reference_length, run_lengths
-    from pe_bench.tasks import build_task
-
     depths = build_task(cfg.task, {"train": np.zeros(1), "validation": np.zeros(1)}).eval_depths()
     L = reference_length(cfg)
     return [{"task": cfg.task.name, "scheme": cfg.scheme["name"], "base_scheme": cfg.scheme["name"],
@@ -163,13 +161,9 @@ LEGEND = ("Cells: accuracy in % on the held-out examples (mean ± std over seeds
           "(never averaged in); `n/a`: the task or scheme cannot run at that length; `—`: not evaluated.")
 
 
-def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = True) -> list[Path]:
-    """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row) and accuracy.md, and with matplotlib
-    accuracy_vs_length.png and passkey_heatmap.png (when there are passkey runs); all or nothing replaced."""
-    return replace_together(out, lambda staging: _write_accuracy_files(acc, staging, title, plots))
-
-
-def _write_accuracy_files(acc: Accuracy, out: Path, title: str, plots: bool) -> list[Path]:
+def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataFrame, list[Path]]:
+    """accuracy_long.csv (every row, sorted), accuracy.csv (wide: task × metric × row) and accuracy.md under ``out``;
+    returns the sorted rows and the files written."""
     df = acc.df.sort_values(["task", "L_train", "scheme", "seed", "L_eval", "depth"], kind="stable")
     atomic_write_text(out / "accuracy_long.csv", df.to_csv(index=False))
     parts, md = [], [f"# {title}\n"]
@@ -189,11 +183,4 @@ def _write_accuracy_files(acc: Accuracy, out: Path, title: str, plots: bool) -> 
     md.append(f"\n{LEGEND}\n")
     atomic_write_text(out / "accuracy.csv", pd.concat(parts, ignore_index=True).to_csv(index=False))
     atomic_write_text(out / "accuracy.md", "".join(md).lstrip())
-    written = [out / "accuracy_long.csv", out / "accuracy.csv", out / "accuracy.md"]
-    if plots:
-        from pe_bench.plots import plot_accuracy, plot_passkey_heatmap
-
-        written.append(plot_accuracy(df, out / "accuracy_vs_length.png", title))
-        if (df["task"] == "passkey").any():
-            written.append(plot_passkey_heatmap(df, out / "passkey_heatmap.png", title))
-    return [p for p in written if p is not None]
+    return df, [out / "accuracy_long.csv", out / "accuracy.csv", out / "accuracy.md"]

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import ClassVar
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from pe_bench.config import ConfigError, TaskConfig
+from pe_bench.errors import ConfigError
+from pe_bench.ranges import ranged
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: the config checks use this module without it
     import torch
@@ -41,6 +40,41 @@ SYMBOL0 = DIGIT0 + 10  # each task's own symbols start here
 HELDOUT_BUCKETS = 10
 EVAL_SEED = 20231  # the held-out sets: the same for every run, seed and scheme (paired comparisons)
 MAX_TRIES = 1000
+
+
+@dataclass
+class TaskConfig:
+    """What the model is trained and evaluated on: ``lm`` (next-token prediction on the corpus, perplexity) or a
+    synthetic task (this module: exact-match accuracy on held-out examples). Each task reads the keys listed in
+    ``TASK_READS``; any other key set away from its default is refused."""
+
+    name: str = "lm"  # lm | passkey | assoc_recall | copy | reverse | addition
+    # Training examples: each one's size drawn uniformly up to what fills L (uniform), with that bound growing
+    # linearly from the smallest size to L's over the first curriculum_fraction of the steps (curriculum), or
+    # always filling L (fixed). Examples shorter than L are padded at the end (never scored).
+    train_lengths: str = "uniform"  # uniform | curriculum | fixed
+    curriculum_fraction: float = ranged(0.5, gt=0, le=1)
+    eval_examples: int = ranged(100, ge=1)  # held-out examples per eval length (passkey: per length × depth)
+    symbols: int = ranged(16, ge=2)  # copy, reverse: the string alphabet; passkey (filler=random): filler alphabet
+    key_digits: int = ranged(5, ge=1)  # passkey: digits of the key
+    filler: str = "random"  # passkey: random (symbols) | text (bytes of the data split: data.* picks the corpus)
+    depths: int = ranged(11, ge=1)  # passkey: evaluated depths, evenly spaced in [0, 1] (11: 10 % steps)
+    n_keys: int = ranged(512, ge=2)  # assoc_recall: key vocabulary (keys are distinct within an example)
+    n_values: int = ranged(64, ge=2)  # assoc_recall: value vocabulary
+    queries: int = ranged(4, ge=1)  # assoc_recall: queried keys per example
+    reverse_digits: bool = True  # addition: operands and sum least-significant digit first (the known trick)
+
+
+# The task keys each task reads: any other key set away from its default is refused (pe_bench.config).
+_TASK_COMMON = {"train_lengths", "curriculum_fraction", "eval_examples"}
+TASK_READS = {
+    "lm": set(),
+    "passkey": _TASK_COMMON | {"symbols", "key_digits", "filler", "depths"},
+    "assoc_recall": _TASK_COMMON | {"n_keys", "n_values", "queries"},
+    "copy": _TASK_COMMON | {"symbols"},
+    "reverse": _TASK_COMMON | {"symbols"},
+    "addition": _TASK_COMMON | {"reverse_digits"},
+}
 
 
 class TaskLengthError(ValueError):
@@ -296,37 +330,6 @@ class TaskData:
     task: Task
     vocab_size: int
     fingerprint: str = ""
-
-
-def load_task_data(cfg) -> TaskData:  # cfg: pe_bench.config.Config
-    """The task of a config, with the corpus's byte tokens when passkey's filler is text."""
-    filler, fingerprint = None, ""
-    if cfg.task.name == "passkey" and cfg.task.filler == "text":
-        from pe_bench.data import load_tokens
-
-        corpus = load_tokens(cfg.data, cfg.cache_dir)
-        if corpus.vocab_size > 256:
-            raise ConfigError("task.filler=text reads the corpus as bytes: use data.tokenizer=byte")
-        filler, fingerprint = corpus.splits, corpus.fingerprint
-    task = build_task(cfg.task, filler)
-    if filler is not None:
-        _check_filler(task, cfg, filler)
-    return TaskData(task, task.vocab_size, fingerprint)
-
-
-def _check_filler(task: Task, cfg, splits: dict[str, np.ndarray]) -> None:
-    """Passkey's text filler: each split must hold more tokens than the longest filler drawn from it (a DataError
-    before anything is created, never a row of the evaluation)."""
-    from pe_bench.config import run_lengths
-    from pe_bench.data import DataError
-
-    for split, n, key in (("train", cfg.train.seq_len, "train.seq_len"),
-                          ("validation", max(run_lengths(cfg)), "eval.lengths")):
-        need = task.max_size(n) + 1
-        if len(splits[split]) < need:
-            raise DataError(f"task.filler=text: the {split} split of data={cfg.data.name} holds {len(splits[split])} "
-                            f"tokens, fewer than the {need} that passkey's filler at length {n} needs; use a longer "
-                            f"corpus (data=...) or a shorter {key}")
 
 
 def _without_text(cfg: TaskConfig) -> Task:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -16,10 +17,10 @@ from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
-from pe_bench.finetune import load_parent
 from pe_bench.model import Decoder, pose_positions, random_positions
 from pe_bench.progress import TrainProgress, use_bar
-from pe_bench.runs import Run, RunFileError, atomic_save, digest, identity, read_csv, write_csv
+from pe_bench.runs import (Run, RunFileError, atomic_save, check_checkpoint, checkpoint_identity, digest, identity,
+                           read_csv, write_csv)
 from pe_bench.tasks import TaskData, batch_rng
 
 TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
@@ -60,31 +61,28 @@ class Health:
         self.pending.clear()
 
 
-def checkpoint_identity(cfg: Config) -> str:
-    """The hash of everything that defines the trained model (the run name's hash): stored in every checkpoint and
-    checked whenever one is loaded, so a checkpoint is never evaluated or resumed as another run."""
-    return digest(identity(cfg))
-
-
-def check_checkpoint(run: Run, ckpt: dict, cfg: Config, corpus: TokenizedCorpus | None = None) -> None:
-    """Refuse a checkpoint that belongs to another configuration (copied in, or a config.yaml edited by hand), or
-    that was trained on other data than the corpus now behind the same config (a local file replaced)."""
-    saved = ckpt.get("identity") or digest(identity(_config_from(ckpt)))
-    if saved != checkpoint_identity(cfg):
-        raise RunFileError(f"{run.checkpoint} belongs to another configuration (identity {saved}, this run's "
-                           f"{checkpoint_identity(cfg)}): it was copied from another run or the config changed; "
-                           "delete it or put it back in its own run directory")
-    now = getattr(corpus, "fingerprint", None)
-    if ckpt.get("data") and now and ckpt["data"] != now:
-        raise RunFileError(f"{run.checkpoint} was trained on other data than {cfg.data.name} holds now (data "
-                           f"fingerprint {ckpt['data']} → {now}: a data file changed); restore the file, or move "
-                           "the run directory away to train on the new data")
-
-
-def _config_from(ckpt: dict) -> Config:
-    from pe_bench.config import validate
-
-    return validate(ckpt["config"])
+def load_parent(model: Decoder, cfg: Config, device: torch.device, corpus=None) -> int:
+    """Put the parent's final weights into ``model`` (the fine-tune's, freshly built): checked to be the parent the
+    config names, on the same data, at its last step; the scheme adapts what its shapes changed (``inherit``).
+    Returns the parent's step."""
+    f = cfg.finetune
+    parent = Run(Path(f.from_run).expanduser())
+    if parent.path.name != f.parent:
+        raise RunFileError(f"{parent.path} is not {f.parent}, the parent this fine-tune was made from; put the parent "
+                           "back or fine-tune the run that is there with `pe-bench finetune`")
+    pcfg = parent.load_config()
+    ckpt = parent.load_checkpoint(device)
+    check_checkpoint(parent, ckpt, pcfg, corpus)
+    if digest(identity(pcfg, seed=False)) != f.parent_config or int(ckpt["step"]) != pcfg.train.steps:
+        raise RunFileError(f"{parent.checkpoint} is not the finished parent this fine-tune was made from (step "
+                           f"{ckpt['step']}/{pcfg.train.steps}); put the parent back as it was")
+    state = dict(ckpt["model"])
+    try:
+        model.scheme.inherit(state, "scheme.", f.new_positions)
+        model.load_state_dict(state)
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError(f"the parent's weights do not fit this fine-tune: {str(e).strip().splitlines()[0]}") from None
+    return int(ckpt["step"])
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:

@@ -22,7 +22,8 @@ from pe_bench.cli import app
 from pe_bench.config import ConfigError, compose, with_options, scheme_spec
 from pe_bench.data import load_tokens
 from pe_bench.experiment import run_one
-from pe_bench.finetune import compose_finetune, load_parent
+from pe_bench.finetune import compose_finetune, compose_run
+from pe_bench.train import load_parent
 from pe_bench.model import pose_positions
 from pe_bench.runs import Run, read_csv, run_name
 from pe_bench.train import batch_positions, load_trained, train
@@ -214,7 +215,7 @@ def test_an_unfinished_or_missing_parent_is_refused(parents, tmp_path):
     r = runner.invoke(app, ["finetune", str(run.path)])
     assert r.exit_code == 2 and "is not finished (status interrupted)" in r.output, r.output
     with pytest.raises(ConfigError, match="is not finished"):
-        compose([f"finetune.from_run={run.path}"])  # `pe-bench train finetune.from_run=...` is the same path
+        compose_run([f"finetune.from_run={run.path}"])  # `pe-bench train finetune.from_run=...` is the same path
 
 
 def test_the_extension_sweep_reports_methods_by_budget(tmp_path):

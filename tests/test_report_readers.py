@@ -257,13 +257,13 @@ def test_a_string_setting_in_a_label_is_one_quoted_line_in_markdown_and_csv(tmp_
 def test_a_report_that_fails_half_way_leaves_the_previous_one_whole(tmp_path, monkeypatch):
     import errno
 
-    from pe_bench import report
+    from pe_bench import publish, report
 
     rows = pd.DataFrame([{"run": "a-0", "scheme": "alibi", "L_train": 64, "L_eval": n, "mode": "nonoverlapping",
                           "split": "validation", "stride": n, "ppl": 9.0 + n / 64, "seed": 0, "status": "ok",
                           "tokens_scored": 100, "data": "d", "model": "m"} for n in (64, 128)])
     out = tmp_path / "rep"
-    report.write_report(rows, pd.DataFrame(), out, "before", plots=False)
+    publish.write_report(rows, pd.DataFrame(), out, "before", plots=False)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
     def disk_full(*args, **kwargs):
@@ -271,7 +271,7 @@ def test_a_report_that_fails_half_way_leaves_the_previous_one_whole(tmp_path, mo
 
     monkeypatch.setattr(report, "write_tables", disk_full)  # eval_long.csv is written, then the disk is full
     with pytest.raises(OSError):
-        report.write_report(rows.assign(ppl=rows["ppl"] + 1), pd.DataFrame(), out, "after", plots=False)
+        publish.write_report(rows.assign(ppl=rows["ppl"] + 1), pd.DataFrame(), out, "after", plots=False)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder left either
 
 

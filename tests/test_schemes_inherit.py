@@ -1,5 +1,5 @@
 """``inherit``: a fine-tune adapts its parent's scheme weights (the model state under ``scheme.``) to its own shapes
-before loading them (pe_bench.finetune.load_parent). A composite hands each part the keys under its own prefix
+before loading them (pe_bench.train.load_parent). A composite hands each part the keys under its own prefix
 (``scheme.parts.<i>.``) and the policy; DAPE hands its base bias ``scheme.base.``. Checked against the parts adapted
 on their own, then loaded into the child as load_parent does."""
 

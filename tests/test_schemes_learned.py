@@ -1,5 +1,5 @@
 """Learned absolute positions inherited by a fine-tune at a longer length (``Learned.inherit``, called by
-``finetune.load_parent`` with the prefix "scheme." and ``finetune.new_positions``): ``interpolate`` is position
+``train.load_parent`` with the prefix "scheme." and ``finetune.new_positions``): ``interpolate`` is position
 interpolation (Chen et al. 2023) — row m of the new table is the parent's table at m·L/L', linearly interpolated."""
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def test_parallel_local_launcher_runs_points_as_processes(tmp_path):
 def test_paths_reach_the_parallel_processes_whole(path):
     """The parallel launcher passes results_dir and cache_dir as Hydra overrides: the default cache directory
     (~/...) and paths with spaces, commas, brackets, quotes or backslashes come back unchanged."""
-    from pe_bench.launchers import hydra_quoted
+    from pe_bench.config import hydra_quoted
 
     assert compose([f"cache_dir={hydra_quoted(path)}", f"results_dir={hydra_quoted(path)}"], scheme=False).cache_dir \
         == path

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from pe_bench import runs as runs_mod
 from pe_bench import train as train_mod
 from pe_bench.config import compose
 from pe_bench.data import load_tokens
@@ -250,16 +251,16 @@ def test_check_checkpoint_refuses_another_configuration_or_other_data_by_identit
 
     cfg, other = _cfg(tmp_path), _cfg(tmp_path, "train.lr=1e-3")
     run = Run(tmp_path / "run")
-    train_mod.check_checkpoint(run, {"config": to_dict(cfg)}, cfg)
+    runs_mod.check_checkpoint(run, {"config": to_dict(cfg)}, cfg)
     with pytest.raises(RunFileError, match="belongs to another configuration"):
-        train_mod.check_checkpoint(run, {"config": to_dict(cfg)}, other)
-    stored = {"config": to_dict(other), "identity": train_mod.checkpoint_identity(cfg)}
-    train_mod.check_checkpoint(run, stored, cfg)  # the stored identity wins over the config beside it
+        runs_mod.check_checkpoint(run, {"config": to_dict(cfg)}, other)
+    stored = {"config": to_dict(other), "identity": runs_mod.checkpoint_identity(cfg)}
+    runs_mod.check_checkpoint(run, stored, cfg)  # the stored identity wins over the config beside it
     with pytest.raises(RunFileError, match="belongs to another configuration"):
-        train_mod.check_checkpoint(run, stored, other)
-    ckpt = {"config": to_dict(cfg), "identity": train_mod.checkpoint_identity(cfg), "data": "abc"}
-    train_mod.check_checkpoint(run, ckpt, cfg, SimpleNamespace(fingerprint="abc"))
-    train_mod.check_checkpoint(run, ckpt, cfg, object())  # task data: no fingerprint to compare
-    train_mod.check_checkpoint(run, {**ckpt, "data": None}, cfg, SimpleNamespace(fingerprint="xyz"))
+        runs_mod.check_checkpoint(run, stored, other)
+    ckpt = {"config": to_dict(cfg), "identity": runs_mod.checkpoint_identity(cfg), "data": "abc"}
+    runs_mod.check_checkpoint(run, ckpt, cfg, SimpleNamespace(fingerprint="abc"))
+    runs_mod.check_checkpoint(run, ckpt, cfg, object())  # task data: no fingerprint to compare
+    runs_mod.check_checkpoint(run, {**ckpt, "data": None}, cfg, SimpleNamespace(fingerprint="xyz"))
     with pytest.raises(RunFileError, match="abc → xyz"):
-        train_mod.check_checkpoint(run, ckpt, cfg, SimpleNamespace(fingerprint="xyz"))
+        runs_mod.check_checkpoint(run, ckpt, cfg, SimpleNamespace(fingerprint="xyz"))

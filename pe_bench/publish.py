@@ -1,0 +1,63 @@
+"""A report directory written whole: the tables (pe_bench.report, .extension, .task_report, .analyze) and, with
+matplotlib, the figures (pe_bench.plots). Tables and figures are written in a staging folder inside the output
+directory and moved into place once all of them are written: a report that fails (disk full, a crash) leaves the
+previous one whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from pe_bench import plots as figures
+from pe_bench.analyze import write_analysis_files
+from pe_bench.extension import extension_table, write_extension
+from pe_bench.report import MODES, Collected, replace_together, write_table_files
+from pe_bench.task_report import Accuracy, write_accuracy_files
+
+
+def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
+                 modes: tuple[str, ...] | list[str] = MODES, plots: bool = True) -> list[Path]:
+    """Everything `pe-bench report` writes: eval_long.csv, comparison.csv/.md, the fine-tunes by method and budget
+    (extension.csv/.md, if any) and (with matplotlib) the plots. Raises ImportError if plots were asked for and
+    matplotlib is missing (nothing is moved then)."""
+    return replace_together(out, lambda staging: _report_files(df, pos, staging, title, split, modes, plots))
+
+
+def _report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str,
+                  modes: tuple[str, ...] | list[str], draw: bool) -> list[Path]:
+    col, written = write_table_files(df, out, title, split)
+    fine_tunes = extension_table(col, "nonoverlapping", split)
+    written += write_extension(fine_tunes, out, title, split)
+    if draw:
+        if not fine_tunes.empty:
+            written.append(figures.plot_extension(fine_tunes, out / "ppl_vs_finetune_steps.png", title))
+        for m in modes:
+            written.append(figures.plot_lengths(col.df, out / f"ppl_vs_length_{m}.png", m, split, title))
+        written.append(figures.plot_positions(pos, out / "loss_vs_position.png", split, col.df, title))
+    return [p for p in written if p is not None]
+
+
+def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = True) -> list[Path]:
+    """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row) and accuracy.md, and with matplotlib
+    accuracy_vs_length.png and passkey_heatmap.png (when there are passkey runs); all or nothing replaced."""
+    return replace_together(out, lambda staging: _accuracy_files(acc, staging, title, plots))
+
+
+def _accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool) -> list[Path]:
+    df, written = write_accuracy_files(acc, out, title)
+    if draw:
+        written.append(figures.plot_accuracy(df, out / "accuracy_vs_length.png", title))
+        if (df["task"] == "passkey").any():
+            written.append(figures.plot_passkey_heatmap(df, out / "passkey_heatmap.png", title))
+    return [p for p in written if p is not None]
+
+
+def write_analysis(rows: list[dict], out: Path, title: str, made_at: dict | None = None) -> list[Path]:
+    """attention.csv, analysis.json (``made_at``: the step of the weights, of how many, the run's status) and (with
+    matplotlib) attention.png under ``out``."""
+    written = write_analysis_files(rows, out, made_at)
+    try:
+        return written + [figures.plot_attention(rows, out / "attention.png", title)]
+    except ImportError:
+        return written
