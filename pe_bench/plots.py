@@ -20,55 +20,20 @@ import numpy as np
 import pandas as pd
 
 from pe_bench.report import Collected, row_names
+from pe_bench.schemes import catalog
 
-# name → (colour, marker, family) for every registered scheme (`pe-bench schemes`); a test holds it equal to the
-# catalog. Colours are distinct hues, and schemes of one family (one panel) get the most distinct ones among them;
-# grey is left out (it marks the training length).
-SCHEMES: dict[str, tuple[str, str, str]] = {
-    "nope": ("#000000", "o", "input"),
-    "sinusoidal": ("#12a4c4", "h", "input"),
-    "learned": ("#9a6324", "D", "input"),
-    "conv": ("#f781bf", "^", "input"),
-    "hybrid": ("#9a9a00", "P", "input"),
-    "rope": ("#1f4fd6", "s", "qk"),
-    "xpos": ("#800000", "X", "qk"),
-    "layered": ("#42d4f4", "x", "qk"),
-    "alibi": ("#e6194b", "v", "scores"),
-    "t5": ("#f58231", "<", "scores"),
-    "xl": ("#000075", ">", "scores"),
-    "kerple_log": ("#1a7f37", "p", "scores"),
-    "kerple_power": ("#7cb518", "H", "scores"),
-    "sandwich": ("#469990", "d", "scores"),
-    "shaw": ("#f032e6", "*", "scores"),
-    "cope": ("#911eb4", "8", "scores"),
-    "fire": ("#d4a017", "o", "scores"),
-    "dape": ("#3cb44b", "1", "scores"),
-    "fox": ("#bfef45", "2", "scores"),
-    "stickbreaking": ("#556b2f", "3", "other"),
-    "ssmax": ("#c71585", "4", "other"),
-}
-# Colours and markers for a scheme not in the table (chosen by a digest of its name): none is a registered colour.
+# Colours and markers for a scheme that pins none (chosen by a digest of its name): none is a pinned colour.
 EXTRA_COLOURS = ("#6a3d9a", "#ff4500", "#2f4f4f", "#3fd4a0", "#8da0cb", "#a6761d", "#fb9a99", "#5c5c8a")
 EXTRA_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "p", "h", "*")
-FAMILIES = {"input": "absolute positions at the input (or none)", "qk": "rotary: q and k rotated by position",
-            "scores": "a bias on the attention scores", "other": "other schemes"}
+# Panels of a plot with many rows: a scheme's family is the first place it acts on (its ``acts_on``; none: input).
+FAMILIES = {"input": "absolute positions at the input (or none)", "qk": "q and k changed by position (rotary, scaled)",
+            "scores": "the attention scores changed by position", "other": "other schemes"}
 
 SOLID = "-"
 BROKEN = {"dashed": (0, (5, 2)), "dashdot": (0, (6, 2, 1.5, 2)), "dotted": (0, (1.2, 1.5)),
           "longdash": (0, (11, 3)), "dashdotdot": (0, (6, 2, 1.5, 2, 1.5, 2)), "shortdash": (0, (2.5, 1.5))}
 # Shade of the base colour: > 0 mixes in white, < 0 black.
 SHADES = (-0.35, -0.2, 0.2, 0.35, 0.5)
-# The registered eval-time variants (configs/scheme/*.yaml eval_variants): (shade, line style), distinct per family.
-VARIANTS: dict[str, tuple[float, str]] = {
-    "rope+dynamic": (-0.35, "dashed"),
-    "rope+ntk×8": (0.2, "dashdot"),
-    "rope+yarn×8": (0.35, "longdash"),
-    "rope+llama3×8": (-0.2, "dotted"),
-    "rope+linear×8": (0.5, "dashdotdot"),
-    "rope+rerope": (-0.5, "shortdash"),
-    "learned[beyond_table=clamp]": (0.35, "dashed"),
-    "learned[beyond_table=extend]": (-0.35, "dotted"),
-}
 # The training length: a wide translucent grey band behind the rows (no row is grey, wide or translucent).
 L_LINE = {"color": "#9e9e9e", "linestyle": SOLID, "linewidth": 7.0, "alpha": 0.35, "zorder": 0.5}
 LINEWIDTH, MARKERSIZE = 1.6, 5.0
@@ -76,8 +41,25 @@ MAX_ROWS = 12  # rows in one panel; more are split into panels by family
 PANEL = (6.6, 3.5)  # inches per panel (the legend goes beside it)
 
 
+def _registered() -> tuple[dict[str, tuple[str, str, str]], dict[str, tuple[float, str]]]:
+    """What the scheme registry says of each scheme's look: name → (colour, marker, family), and row label →
+    (shade, line style) for its named eval-time variants. Colour and marker are the scheme's pinned ``style``, else
+    a digest of its name over colours no scheme pins."""
+    schemes_, variants = {}, {}
+    for name, entry in catalog().items():
+        h = _digest(name)
+        colour, marker = entry.style or (EXTRA_COLOURS[h % len(EXTRA_COLOURS)],
+                                         EXTRA_MARKERS[(h // 8) % len(EXTRA_MARKERS)])
+        schemes_[name] = (colour, marker, entry.acts_on[0] if entry.acts_on else "input")
+        variants.update(entry.variant_styles)
+    return schemes_, variants
+
+
 def _digest(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big")
+
+
+SCHEMES, VARIANTS = _registered()
 
 
 def base_name(name: str) -> str:

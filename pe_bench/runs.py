@@ -31,7 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pe_bench.config import Config, ConfigError, from_yaml, to_yaml, validate
+from pe_bench import schemes
+from pe_bench.config import Config, ConfigError, config_dir, from_yaml, to_yaml, validate
 
 if TYPE_CHECKING:
     import torch
@@ -66,17 +67,12 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     return d
 
 
-# Scheme options added after runs of the scheme were named (dotted for nested ones): holding the defaults of
-# configs/scheme/<name>.yaml they stay out of a run's identity, so those runs keep their names and directories.
-# Data only (no torch: `--cfg` prints the run directory without importing it).
-LATE_SCHEME_OPTIONS: dict[str, tuple[str, ...]] = {
-    "rope": ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window"),
-}
-
-
 def _without_late_defaults(scheme: dict[str, Any]) -> dict[str, Any]:
-    """The scheme's options without the LATE_SCHEME_OPTIONS that hold their YAML defaults."""
-    late = LATE_SCHEME_OPTIONS.get(scheme.get("name"), ())
+    """The scheme's options without its ``late_options`` (pe_bench.schemes.base.Scheme) that hold the defaults of
+    configs/scheme/<name>.yaml: options added after runs of the scheme were named, so those runs keep their names.
+    Read from the scheme's source (no torch: `--cfg` prints the run directory without importing it)."""
+    entry = schemes.catalog().get(scheme.get("name"))
+    late = entry.late_options if entry else ()
     if not late:
         return scheme
     out = copy.deepcopy(scheme)
@@ -96,8 +92,6 @@ def _without_late_defaults(scheme: dict[str, Any]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=None)
 def _scheme_defaults(name: str) -> dict[str, Any]:
     import yaml
-
-    from pe_bench.config import config_dir
 
     return yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text())
 

@@ -15,7 +15,7 @@ import pytest
 
 from pe_bench import schemes
 from pe_bench.config import Config, compose
-from pe_bench.runs import BOOKKEEPING, LATE_SCHEME_OPTIONS, digest, identity, run_name
+from pe_bench.runs import BOOKKEEPING, digest, identity, run_name
 
 Path = tuple[Any, ...]  # attribute names / dict keys / list indices from the Config down to one leaf
 
@@ -173,9 +173,9 @@ def test_every_scheme_option_is_in_the_identity_but_its_eval_variants(scheme):
     assert identity(with_variants) == identity(cfg)
 
 
-@pytest.mark.parametrize("scheme, dotted", [(s, d) for s, late in LATE_SCHEME_OPTIONS.items() for d in late])
+@pytest.mark.parametrize("scheme, dotted", [(s, d) for s, e in schemes.catalog().items() for d in e.late_options])
 def test_a_late_scheme_option_at_its_default_leaves_the_identity_of_runs_named_before_it(scheme, dotted):
-    """Options added after runs of the scheme were named (runs.LATE_SCHEME_OPTIONS) are out of the identity while
+    """Options added after runs of the scheme were named (the scheme's late_options) are out of the identity while
     they hold their preset's default — the config of an old run, which lacks the key, has the same identity — and in
     as soon as they differ."""
     cfg = compose([f"scheme={scheme}"])

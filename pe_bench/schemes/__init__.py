@@ -2,7 +2,8 @@
 takes; importing them (and torch) is deferred until a scheme class is needed.
 
 ``available()`` and ``catalog()`` answer without importing torch: they read each module's class attributes from
-its source (``name``, ``description``, ``citation``, ``acts_on``, inherited within the module), so that
+its source (``name``, ``description``, ``citation``, ``acts_on``, ``late_options``, ``style``, ``variant_styles``,
+inherited within the module), so that
 ``pe-bench --help``, ``pe-bench schemes`` and configuration errors answer in a fraction of a second. A test holds
 the catalog equal to the registry the imports build.
 """
@@ -13,7 +14,7 @@ import ast
 import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from pe_bench.schemes.base import LengthNotSupported, ModelShape, Scheme  # noqa: F401
 
 _LAZY = ("REGISTRY", "LengthNotSupported", "ModelShape", "Scheme")
+# The class attributes the catalog reads (literals in the class body; inherited within a module).
+ATTRIBUTES = ("name", "description", "citation", "acts_on", "late_options", "style", "variant_styles")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,9 @@ class Entry:
     citation: str
     acts_on: tuple[str, ...]
     module: str
+    late_options: tuple[str, ...] = ()
+    style: tuple[str, str] | None = None
+    variant_styles: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 def _modules() -> list[str]:
@@ -51,7 +57,7 @@ def catalog() -> dict[str, Entry]:
             attrs: dict[str, Any] = {}
             for stmt in node.body:
                 if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                        and stmt.targets[0].id in ("name", "description", "citation", "acts_on")):
+                        and stmt.targets[0].id in ATTRIBUTES):
                     try:
                         attrs[stmt.targets[0].id] = ast.literal_eval(stmt.value)
                     except ValueError:
@@ -72,8 +78,10 @@ def catalog() -> dict[str, Entry]:
         for cls, (_, attrs) in classes.items():
             name = attrs.get("name")
             if name:
+                style = lookup(cls, "style", None)
                 out[name] = Entry(name, lookup(cls, "description", ""), lookup(cls, "citation", ""),
-                                  tuple(lookup(cls, "acts_on", ())), module)
+                                  tuple(lookup(cls, "acts_on", ())), module, tuple(lookup(cls, "late_options", ())),
+                                  tuple(style) if style else None, dict(lookup(cls, "variant_styles", {})))
     return dict(sorted(out.items()))
 
 

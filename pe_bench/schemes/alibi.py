@@ -45,6 +45,7 @@ class ALiBi(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = ALiBiOptions
+    style = ("#e6194b", "v")
 
     def __init__(self, options: ALiBiOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -82,6 +82,13 @@ class Scheme(nn.Module):
     # Options that may change after training (``pe-bench eval``, eval_variants): they act at evaluation only and
     # leave the trained weights' meaning intact (RoPE's context extension, the learned table's policy past its end).
     eval_options: ClassVar[tuple[str, ...]] = ()
+    # Options added after runs of the scheme were named (dotted for nested ones): holding the defaults of
+    # configs/scheme/<name>.yaml they stay out of a run's identity, so those runs keep their names and directories.
+    late_options: ClassVar[tuple[str, ...]] = ()
+    # How plots draw the scheme's rows (pe_bench.plots), optional: (colour, marker) pinned for the scheme itself —
+    # without it both come from a digest of the name — and (shade, line style) for named eval-time variants.
+    style: ClassVar[tuple[str, str] | None] = None
+    variant_styles: ClassVar[dict[str, tuple[float, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -31,6 +31,7 @@ class Conv(Scheme):
     acts_on = ("input",)
     relative = True
     Options = ConvOptions
+    style = ("#f781bf", "^")
 
     def __init__(self, options: ConvOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -29,6 +29,7 @@ class CoPE(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = CoPEOptions
+    style = ("#911eb4", "8")
 
     def __init__(self, options: CoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -39,6 +39,7 @@ class DAPE(Scheme):
     acts_on = ("scores",)
     relative = True  # with ALiBi; with FIRE (not relative) an instance says so
     Options = DAPEOptions
+    style = ("#3cb44b", "1")
 
     def __init__(self, options: DAPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

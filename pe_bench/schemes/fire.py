@@ -72,6 +72,7 @@ class Fire(Scheme):
     acts_on = ("scores",)
     bias_per_layer = True
     Options = FireOptions
+    style = ("#d4a017", "o")
 
     def __init__(self, options: FireOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -31,6 +31,7 @@ class Fox(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = FoxOptions
+    style = ("#bfef45", "2")
 
     def __init__(self, options: FoxOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -132,6 +132,7 @@ class Hybrid(Composite):
     citation = "composition of Vaswani et al. 2017 and Press et al. 2022 (see scheme.parts)"
     acts_on = ("input", "scores")
     Options = HybridOptions
+    style = ("#9a9a00", "P")
 
     def __init__(self, options: HybridOptions, shape: ModelShape) -> None:
         super().__init__(options, shape, build_parts(options.parts, shape))

@@ -51,6 +51,7 @@ class KerpleLog(_Kerple):
     description = "learned per-head logarithmic distance bias −r1·ln(1 + r2·(i−j))"
     citation = "Chi et al. 2022, arXiv:2205.09921"
     r1_init = 2.0
+    style = ("#1a7f37", "p")
 
     def kernel(self, distance: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
         return -r1 * torch.log1p(r2.clamp(min=EPS) * distance)
@@ -61,6 +62,7 @@ class KerplePower(_Kerple):
     description = "learned per-head power distance bias −r1·(i−j)^r2, 0 < r2 <= 2"
     citation = "Chi et al. 2022, arXiv:2205.09921"
     r2_init = 2.0
+    style = ("#7cb518", "H")
 
     def kernel(self, distance: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
         # d^r2 at d = 0 has an infinite-slope gradient in r2 (0 · ln 0); compute on d >= 1 and zero the diagonal.

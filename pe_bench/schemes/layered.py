@@ -51,6 +51,7 @@ class Layered(Composite):
     acts_on = ("qk", "scores")
     relative = True  # of the default parts; an instance says what its parts are
     Options = LayeredOptions
+    style = ("#42d4f4", "x")
 
     def __init__(self, options: LayeredOptions, shape: ModelShape) -> None:
         parts = build_parts(options.parts, shape)

@@ -43,6 +43,8 @@ class Learned(Scheme):
     acts_on = ("input",)
     Options = LearnedOptions
     eval_options = ("beyond_table", "extend_seed")
+    style = ("#9a6324", "D")
+    variant_styles = {"learned[beyond_table=clamp]": (0.35, "dashed"), "learned[beyond_table=extend]": (-0.35, "dotted")}
 
     def __init__(self, options: LearnedOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

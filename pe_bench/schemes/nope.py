@@ -9,3 +9,4 @@ class NoPE(Scheme):
     citation = "Kazemnejad et al. 2023, arXiv:2305.19466"
     acts_on = ()
     relative = True
+    style = ("#000000", "o")

@@ -212,6 +212,12 @@ class RoPE(Scheme):
     relative = True
     Options = RoPEOptions
     eval_options = ("scaling",)
+    style = ("#1f4fd6", "s")
+    # options added after runs of RoPE were named: at their YAML defaults they stay out of the run identity
+    late_options = ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window")
+    variant_styles = {"rope+dynamic": (-0.35, "dashed"), "rope+ntk×8": (0.2, "dashdot"),
+                      "rope+yarn×8": (0.35, "longdash"), "rope+llama3×8": (-0.2, "dotted"),
+                      "rope+linear×8": (0.5, "dashdotdot"), "rope+rerope": (-0.5, "shortdash")}
 
     def __init__(self, options: RoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -46,6 +46,7 @@ class Sandwich(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = SandwichOptions
+    style = ("#469990", "d")
 
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
         o = self.options

@@ -36,6 +36,7 @@ class Shaw(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = ShawOptions
+    style = ("#f032e6", "*")
 
     def __init__(self, options: ShawOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

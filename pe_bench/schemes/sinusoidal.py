@@ -35,6 +35,7 @@ class Sinusoidal(Scheme):
     citation = "Vaswani et al. 2017, arXiv:1706.03762"
     acts_on = ("input",)
     Options = SinusoidalOptions
+    style = ("#12a4c4", "h")
 
     def __init__(self, options: SinusoidalOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -32,6 +32,7 @@ class SSMax(Scheme):
     citation = "Nakanishi 2025, arXiv:2501.19399"
     acts_on = ("qk",)
     Options = SSMaxOptions
+    style = ("#c71585", "4")
 
     def __init__(self, options: SSMaxOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -34,6 +34,7 @@ class StickBreaking(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = StickBreakingOptions
+    style = ("#556b2f", "3")
 
     def attention_weights(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                           layer: int) -> torch.Tensor:

@@ -44,6 +44,7 @@ class T5Bias(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = T5Options
+    style = ("#f58231", "<")
 
     def __init__(self, options: T5Options, shape: ModelShape) -> None:
         super().__init__(options, shape)

@@ -30,6 +30,7 @@ class TransformerXL(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = XLOptions
+    style = ("#000075", ">")
 
     def __init__(self, options: XLOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)

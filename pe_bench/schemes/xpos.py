@@ -40,6 +40,7 @@ class XPos(Scheme):
     acts_on = ("qk",)
     relative = True
     Options = XPosOptions
+    style = ("#800000", "X")
 
     def __init__(self, options: XPosOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
