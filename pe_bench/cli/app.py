@@ -1,0 +1,144 @@
+"""The `pe-bench` application: the command table, one-line errors and exit codes for every command, and the console
+helpers the commands print with. Only light modules at import time: help, `schemes`, `--version`, `--cfg` and
+configuration errors answer without importing torch (scripts/bench_cli_startup.py measures it); each command imports
+what it needs."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
+
+try:  # recent typer carries its own copy of click, whose exceptions its commands raise
+    from typer._click import exceptions as click_errors
+except ImportError:  # older typer runs on click itself
+    from click import exceptions as click_errors
+
+from pe_bench import __version__
+from pe_bench.config import GROUPS, ConfigError, preset_names
+
+# Off a terminal (logs, CI) rich would assume 80 columns and truncate numbers; tables are never cut.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def say(text: str) -> None:
+    """Print plain text: nothing in it is read as rich markup (``pip install 'pe-bench[plots]'`` stays whole)."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def warn(text: str) -> None:
+    """Plain text on stderr (never markup)."""
+    err.print(text, markup=False)
+
+
+def error(text: str) -> None:
+    """``error: <text>`` on stderr, the text never read as markup."""
+    err.print(f"[bold red]error:[/] {escape(text)}")
+
+
+def presets_help() -> str:
+    """The config groups and their presets, the sweeps and the schemes, read from configs/ (no imports)."""
+    lines = [f"{g + '=':<8} {', '.join(preset_names(g))}" for g in GROUPS]
+    lines.append(f"{'sweep=':<8} {', '.join(preset_names('sweep'))}   (pe-bench sweep)")
+    return ("\b\nConfig groups and their presets (configs/<group>/<preset>.yaml; `pe-bench schemes` describes the "
+            "schemes):\n" + "\n".join(lines) + "\nAny key can be set too: model.n_layers=2 train.seq_len=128 "
+            "eval.lengths=[64,1024]; `--cfg` prints the result.")
+
+
+class OneLineErrors(TyperGroup):
+    """Click's usage errors (an unknown option or command, a bad option value, a missing argument) as one
+    ``error: ...`` line and exit 2, like every other bad input; ``pe-bench`` alone still shows the help."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)  # typer.Exit(n) comes back as n
+        except click_errors.NoArgsIsHelpError as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click_errors.UsageError as e:
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            error(" ".join(e.format_message().split()) + hint)
+            sys.exit(2)
+        except click_errors.ClickException as e:
+            error(" ".join(e.format_message().split()))
+            sys.exit(e.exit_code)
+        except typer.Abort:  # typer's own class (its copy of click has none in click_errors)
+            warn("aborted")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L.",
+                  epilog=presets_help())
+
+
+OVERRIDES_HELP = "Hydra overrides, e.g. scheme=rope model.n_layers=2 train=smoke eval.lengths=[64,128]"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pe-bench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                              help="Print pe-bench's version and exit.")) -> None:
+    """Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L."""
+
+
+def _raised(e: BaseException, module: str, name: str) -> bool:
+    """isinstance(e, module.name) without importing the module: an exception of a class from a module that was
+    never imported cannot have been raised."""
+    mod = sys.modules.get(module)
+    return mod is not None and isinstance(e, getattr(mod, name))
+
+
+def friendly(fn: Callable) -> Callable:
+    """Bad input → one line and exit 2; a crash → one line and exit 1 (PE_BENCH_DEBUG=1 shows the traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except KeyboardInterrupt:
+            warn("interrupted: run the same command again to resume from the last checkpoint")
+            raise typer.Exit(130) from None
+        except Exception as e:
+            if isinstance(e, ConfigError) or _raised(e, "pe_bench.data", "DataError"):
+                error(str(e))
+                raise typer.Exit(2) from None
+            if _raised(e, "pe_bench.runs", "RunBusy"):
+                error(f"{e}: let it finish, or stop that process first")
+                raise typer.Exit(4) from None
+            if _raised(e, "pe_bench.distributed", "StopRequested"):
+                warn(f"{e} (on a signal); run the same command again to resume")
+                raise typer.Exit(3) from None
+            if _raised(e, "pe_bench.train", "Diverged"):
+                error(str(e))
+                raise typer.Exit(1) from None
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                where = f" writing {e.filename}" if e.filename else ""
+                error(f"No space left on device{where}: free some space and run the same command again (pe-bench "
+                      "replaces its files whole: what was there before is intact, a run resumes from its checkpoint)")
+                raise typer.Exit(1) from None
+            if os.environ.get("PE_BENCH_DEBUG"):
+                raise
+            error(f"{type(e).__name__}: {e} (PE_BENCH_DEBUG=1 shows the traceback)")
+            raise typer.Exit(1) from None
+
+    return wrapper

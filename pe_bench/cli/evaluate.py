@@ -1,0 +1,67 @@
+"""`pe-bench eval`: a trained run evaluated again, at other lengths or with eval-time scheme options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pe_bench.cli.app import app, friendly, say
+from pe_bench.cli.output import print_run_table
+from pe_bench.config import ConfigError, apply_overrides, to_yaml
+
+
+def trained_run(run_dir: Path, overrides: list[str] | None):
+    """(run, the config it was trained with, that config with eval.* and eval-time scheme overrides) of a trained
+    run directory; anything else is one ConfigError line."""
+    from pe_bench.runs import Run, RunBusy
+
+    run = Run(run_dir)
+    if run.config.exists() and not run.checkpoint.exists() and run.is_locked():  # training, before its first one
+        raise RunBusy(f"{run_dir} is being trained by another process and has no checkpoint yet")
+    if not run.config.exists() or not run.checkpoint.exists():
+        raise ConfigError(f"{run_dir} is not a trained run directory (needs config.yaml and checkpoint.pt); "
+                          "train one with `pe-bench train`")
+    saved = run.load_config()
+    return run, saved, apply_overrides(saved, overrides or [], allowed=("eval", "scheme", "attention"))
+
+
+@app.command("eval")
+@friendly
+def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
+             overrides: list[str] | None = typer.Argument(
+                 None, metavar="KEY=VALUE",
+                 help="eval.* overrides and the scheme's eval-time options, e.g. eval.lengths=[64,1024] "
+                      "scheme.scaling.type=yarn scheme.scaling.factor=8"),
+             partial: bool = typer.Option(False, "--partial", help="Evaluate an unfinished run's last checkpoint; "
+                                          "every row records the step its weights come from."),
+             progress: bool = typer.Option(True, help="Show the progress bars (off: plain log lines)."),
+             cfg_only: bool = typer.Option(False, "--cfg", help="Print the config the evaluation would use (the "
+                                           "run's, with these overrides) and exit.")) -> None:
+    """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
+    learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label,
+    beside rows of other evaluation settings."""
+    run, saved, cfg = trained_run(run_dir, overrides)
+    if cfg_only:
+        typer.echo(to_yaml(cfg).rstrip())
+        return
+    from pe_bench.distributed import stop_on_signals
+    from pe_bench.experiment import check_eval_overrides, check_same_run, evaluate_run
+
+    check_eval_overrides(saved, cfg)
+    if any(o.lstrip("+~").startswith("scheme") and not o.lstrip("+~").startswith("scheme.eval_variants")
+           for o in overrides or []):
+        cfg.eval.variants = False  # the user asked for one variant (e.g. rope+yarn×8): evaluate just that one
+    stop_on_signals()  # SIGTERM/SIGUSR1: stop before the next length, exit 3, as during train
+    with run.lock():  # a run being trained (or evaluated) by another process is left alone: exit 4
+        meta = run.meta()
+        if meta.get("status") != "done" and not partial:
+            at = meta.get("checkpoint_step")
+            where = f", checkpoint at step {at} of {saved.train.steps}" if at is not None else ""
+            raise ConfigError(f"{run_dir} is not finished (status {meta.get('status', 'unknown')}{where}): finish it "
+                              "with its `pe-bench train` command, or pass --partial to evaluate the checkpoint as "
+                              "it is (each row records its step)")
+        check_same_run(run, saved)
+        evaluate_run(run, cfg, trained=saved, progress=progress)
+    print_run_table(run.path, cfg.eval.split, saved.task.name)
+    say(f"updated {run.eval_csv if saved.task.name == 'lm' else run.accuracy_csv}")

@@ -1,0 +1,90 @@
+"""What commands print and write: a run's table, a report's perplexity and accuracy tables, the report files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from pe_bench.cli.app import console, say, warn
+from pe_bench.config import ConfigError
+
+
+def print_tables(df, split: str) -> None:
+    """df: a DataFrame of eval rows or a report.Collected (with per-window losses: intervals and marks)."""
+    from pe_bench.report import comparison, rich_table
+
+    for mode in ("nonoverlapping", "sliding"):
+        t = comparison(df, mode, split)
+        if not t.empty:
+            console.print(rich_table(t, escape(f"perplexity on {split} — {mode} (columns: eval length)")))
+
+
+def print_accuracy_tables(acc) -> None:
+    """acc: a task_report.Accuracy — exact-match tables, one per task."""
+    from pe_bench.task_report import accuracy_table
+
+    for task in sorted(acc.df["task"].unique()):
+        t = accuracy_table(acc.df, task)
+        table = Table(title=escape(f"{task}: exact match in % on held-out examples (columns: eval length)"),
+                      header_style="bold")
+        for c in ("scheme", "L", *t.columns):
+            table.add_column(escape(str(c)), justify="left" if c == "scheme" else "right")
+        for (label, L), row in t.iterrows():
+            table.add_row(escape(str(label)), str(L), *[escape(str(v)) for v in row.tolist()])
+        console.print(table)
+
+
+def print_run_table(run_path: Path, split: str, task: str = "lm") -> None:
+    from pe_bench.report import collect_all
+    from pe_bench.runs import Run
+
+    if task != "lm":
+        from pe_bench.task_report import collect_accuracy
+
+        acc = collect_accuracy([Run(run_path)])
+        for line in acc.left_out:
+            warn(f"left out: {line}")
+        if not acc.df.empty:
+            print_accuracy_tables(acc)
+        return
+    col = collect_all([Run(run_path)])
+    for line in col.left_out:
+        warn(f"left out: {line}")
+    if not col.df.empty:
+        print_tables(col, split)
+
+
+def report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> None:
+    """The accuracy tables and plots of task runs (left-out runs named): printed and written under ``out``."""
+    from pe_bench.publish import write_accuracy_report
+    from pe_bench.task_report import collect_accuracy
+
+    acc = collect_accuracy(runs)
+    for line in acc.left_out:
+        warn(f"left out: {line}")
+    if acc.df.empty:
+        raise ConfigError(f"no usable accuracy rows in {len(runs)} task run directories ({len(acc.left_out)} left "
+                          "out, above)")
+    print_accuracy_tables(acc)
+    title = title or f"pe-bench report: {len(runs) - len(acc.left_out)} task runs"
+    try:
+        written = write_accuracy_report(acc, out, title, plots)
+    except ImportError:
+        written = write_accuracy_report(acc, out, title, plots=False)
+        warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
+    for p in written:
+        say(f"wrote {p}")
+
+
+def write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> None:
+    from pe_bench.publish import write_report
+
+    try:
+        written = write_report(df, pos, out, title, split, modes, plots)
+    except ImportError:
+        written = write_report(df, pos, out, title, split, modes, plots=False)
+        warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
+    for p in written:
+        say(f"wrote {p}")

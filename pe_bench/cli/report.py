@@ -1,0 +1,111 @@
+"""`pe-bench report`: tables and plots from many runs (perplexity, accuracy, fine-tuning by budget)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from pe_bench.cli.app import app, console, friendly, warn
+from pe_bench.cli.output import print_tables, report_tasks, write_report
+from pe_bench.config import ConfigError
+
+
+def _find_runs(paths: list[str]) -> list[Path]:
+    """Run directories from run dirs, results dirs (holding runs/), directories of runs, or glob patterns."""
+    import glob
+
+    def is_run(d: Path) -> bool:
+        return d.is_dir() and any((d / f).exists() for f in ("eval.csv", "meta.json"))
+
+    found: list[Path] = []
+    for p in paths:
+        matches = [Path(m) for m in sorted(glob.glob(p))] or [Path(p)]
+        for m in matches:
+            if is_run(m):
+                found.append(m)
+            elif m.is_dir():
+                base = m / "runs" if (m / "runs").is_dir() else m
+                found += sorted(d for d in base.iterdir() if is_run(d))
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise ConfigError(f"no evaluated run directories under {' '.join(paths)}; pass run directories, a results "
+                          "directory (with runs/), or a glob like 'results/runs/rope-*'")
+    return unique
+
+
+@app.command()
+@friendly
+def report(paths: list[str] = typer.Argument(..., help="Run directories, results directories, or globs."),
+           out: Path = typer.Option(Path("results/report"), help="Where tables and plots are written."),
+           data: list[str] | None = typer.Option(None, help="Keep only these data presets (repeatable)."),
+           model: list[str] | None = typer.Option(None, help="Keep only these model presets (repeatable)."),
+           seq_len: list[int] | None = typer.Option(None, "--L", help="Keep only these training lengths."),
+           scheme: list[str] | None = typer.Option(None, help="Keep only these scheme rows (repeatable)."),
+           mode: list[str] | None = typer.Option(None, help="Modes to tabulate: nonoverlapping, sliding."),
+           split: str = typer.Option("validation", help="Evaluation split."),
+           compare: tuple[str, str] | None = typer.Option(None, "--compare", metavar="A B",
+                                                          help="Paired difference ppl(A) − ppl(B) at each length, "
+                                                          "with its 95% interval, e.g. --compare alibi rope."),
+           partial: bool = typer.Option(False, "--partial", help="With --compare: also compare the rows of "
+                                        "`pe-bench eval --partial` (an unfinished run's step, labelled)."),
+           plots: bool = typer.Option(True, help="Write PNG plots (needs matplotlib: pip install '.[plots]').")
+           ) -> None:
+    """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (one row per configuration:
+    mean ± std over seeds, a 95% interval, the number of seeds; bold: not distinguishable from the best),
+    ppl_vs_length_<mode>.png and loss_vs_position.png. Unreadable or unfinished run directories are left out, each
+    named. Same inputs, same bytes."""
+    from pe_bench.report import MODES, collect_all, collect_positions
+    from pe_bench.report import compare as paired
+    from pe_bench.runs import Run
+
+    from pe_bench.task_report import is_task_run
+
+    runs = [Run(p) for p in _find_runs(paths)]
+    task_runs = [r for r in runs if is_task_run(r)]
+    if task_runs:
+        report_tasks(task_runs, out, plots)
+        runs = [r for r in runs if r not in task_runs]
+        if not runs:
+            return
+    col, pos = collect_all(runs), collect_positions(runs, unplotted := [])
+    for line in col.left_out:
+        warn(f"left out: {line}")
+    for line in unplotted:
+        warn(f"left out of the plots: {line}")
+    df = col.df
+    if df.empty:
+        raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
+                          "out, above)")
+    filters = {"data": data, "model": model, "L_train": seq_len, "scheme": scheme}
+    for column, keep in filters.items():
+        if keep:
+            df = df[df[column].isin(keep)]
+            pos = pos[pos[column].isin(keep)] if not pos.empty and column in pos else pos
+    modes = mode or list(MODES)
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ConfigError(f"--mode {bad[0]!r} is not one of: {', '.join(MODES)}")
+    df = df[df["mode"].isin(modes)] if not df.empty else df
+    if df.empty:
+        raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--mode")
+    col.df = df
+    if compare:
+        t = paired(col, compare[0], compare[1], split, modes, partial)
+        for line in t.attrs.get("left_out", []):
+            warn(f"not compared: {line}")
+        table = Table(title=f"paired difference ppl({compare[0]}) − ppl({compare[1]}) on {split}, 95% interval",
+                      header_style="bold")
+        for c in t.columns:
+            table.add_column(escape(str(c)), justify="left" if c in ("mode", "config", "verdict") else "right")
+        for row in t.itertuples(index=False):
+            table.add_row(*[escape(str(v)) for v in row])
+        console.print(table)
+        return
+    print_tables(col, split)
+    write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes, plots)
+    if col.left_out:
+        warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
+                  f"{len(runs) - len(col.left_out)}")
