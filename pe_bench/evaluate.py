@@ -172,31 +172,47 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         shown.finish(s.loss, len(s.window_tokens), s.tokens)
         return s
 
+    spans = {"nonoverlapping": span, "sliding": sliding_span}
     for length in lengths:
         check_stop(f"before evaluating at length {length}")  # a signal (e.g. Slurm's): the rerun evaluates again
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
         strides = {"nonoverlapping": length, "sliding": min(stride, length)}
         try:
-            positions = eval_positions(cfg, length, device)
-            if {"nonoverlapping", "per_position"} & set(ecfg.modes):
-                s = scored("nonoverlapping" if "nonoverlapping" in ecfg.modes else "per_position", length, length,
-                           span, positions)
-                if "nonoverlapping" in ecfg.modes:
-                    rows.append(_row(common, "nonoverlapping", length, "", budgets["nonoverlapping"], s))
-                    win_rows += _window_rows(rows[-1], s)
-                if "per_position" in ecfg.modes:
-                    pos_rows.extend(_position_rows({**common, "budget": budgets["nonoverlapping"]}, s,
-                                                   ecfg.position_buckets))
-            if "sliding" in ecfg.modes:
-                s = scored("sliding", length, strides["sliding"], sliding_span, positions)
-                rows.append(_row(common, "sliding", strides["sliding"], stride, budgets["sliding"], s))
-                win_rows += _window_rows(rows[-1], s)
+            r, p, w = _at_length(scored, cfg, common, length, eval_positions(cfg, length, device), spans, budgets)
+            rows += r
+            pos_rows += p
+            win_rows += w
         except LengthNotSupported as e:
             EvalProgress(f"{head} L={length}", 0, bar=False, quiet=quiet).skip(str(e))
             rows += [{**common, "mode": mode, "stride": strides[mode], "S": stride if mode == "sliding" else "",
                       "budget": budgets[mode], "loss": "", "ppl": "",
                       "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": str(e)}
                      for mode in ecfg.modes if mode in strides]
+    return rows, pos_rows, win_rows
+
+
+def _at_length(scored: Callable[..., Score], cfg: Config, common: dict, length: int, positions: torch.Tensor | None,
+               spans: dict[str, int], budgets: dict[str, int]) -> tuple[list[dict], list[dict], list[dict]]:
+    """(eval rows, per-position rows, per-window rows) of one eval length in every configured mode: one pass in
+    non-overlapping blocks serves ``nonoverlapping`` and ``per_position``, one sliding pass ``sliding``.
+    ``scored(mode, length, advance, targets, positions)`` scores the windows of one pass."""
+    ecfg = cfg.eval
+    stride = ecfg.stride or reference_length(cfg)
+    rows: list[dict] = []
+    pos_rows: list[dict] = []
+    win_rows: list[dict] = []
+    if {"nonoverlapping", "per_position"} & set(ecfg.modes):
+        s = scored("nonoverlapping" if "nonoverlapping" in ecfg.modes else "per_position", length, length,
+                   spans["nonoverlapping"], positions)
+        if "nonoverlapping" in ecfg.modes:
+            rows.append(_row(common, "nonoverlapping", length, "", budgets["nonoverlapping"], s))
+            win_rows += _window_rows(rows[-1], s)
+        if "per_position" in ecfg.modes:
+            pos_rows.extend(_position_rows({**common, "budget": budgets["nonoverlapping"]}, s, ecfg.position_buckets))
+    if "sliding" in ecfg.modes:
+        s = scored("sliding", length, min(stride, length), spans["sliding"], positions)
+        rows.append(_row(common, "sliding", min(stride, length), stride, budgets["sliding"], s))
+        win_rows += _window_rows(rows[-1], s)
     return rows, pos_rows, win_rows
 
 

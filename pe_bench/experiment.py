@@ -12,7 +12,7 @@ import torch
 from pe_bench.config import Config, ConfigError, fixed_option_changes, scheme_spec, with_options
 from pe_bench.data import TokenizedCorpus, load_task_data, load_tokens
 from pe_bench.device import resolve_device, use_bf16, use_compile
-from pe_bench.distributed import StopRequested, any_across, barrier, shutdown, world_from_env
+from pe_bench.distributed import StopRequested, World, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
                                check_feasible, evaluate, reference_length, run_lengths,
                                scored_span)
@@ -77,41 +77,48 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                 train(cfg, run, corpus, device, progress=False, world=world)
                 barrier(world)  # rank 0 evaluates; the others wait for it before leaving the process group
                 return run
-            check_resume(run, cfg, corpus, device)  # a refused resume writes nothing in the run directory
-            run.create(cfg)
-            for stale in run.retire_analyses():  # made from a checkpoint this training moves past
-                say(f"{stale.name}: an analysis of an earlier checkpoint, renamed (run `pe-bench analyze` again)")
-            t0 = time.perf_counter()
-            run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
-                            started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
-                            data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device),
-                            attention_backend=cfg.attention.backend,
-                            precision="bf16" if use_bf16(cfg.train, device) else "fp32",
-                            compiled=use_compile(cfg.train, device),
-                            **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
-                                           "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
-            try:
-                model = train(cfg, run, corpus, device, progress, world)
-                t1 = time.perf_counter()
-                rows = evaluate_run(run, cfg, corpus, device, model, progress=progress)
-                run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
-                barrier(world)
-            except BaseException as e:
-                record_failure(run, e, time.perf_counter() - t0)
-                raise
-            wall = time.perf_counter() - t0
-            meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
-            label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
-            if isinstance(corpus, TaskData):
-                say(f"{run.path.name}: {accuracy_summary([r for r in rows if r['scheme'] == label], reference_length(cfg))}"
-                    f" (train loss {meta.get('final_train_loss')}, {duration(wall)})")
-            else:
-                say(run_summary(run.path.name, meta.get("final_train_loss"),
-                                [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
-                                reference_length(cfg), wall))
+            _train_and_evaluate(run, cfg, corpus, device, world, progress)
     finally:
         shutdown(world)
     return run
+
+
+def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskData, device: torch.device,
+                        world: World, progress: bool) -> None:
+    """Rank 0's part of a run to train, with its lock held: refuse a resume that cannot be one, record the run,
+    train, evaluate, and print its summary line; a failure is recorded in meta.json before it propagates."""
+    check_resume(run, cfg, corpus, device)  # a refused resume writes nothing in the run directory
+    run.create(cfg)
+    for stale in run.retire_analyses():  # made from a checkpoint this training moves past
+        say(f"{stale.name}: an analysis of an earlier checkpoint, renamed (run `pe-bench analyze` again)")
+    t0 = time.perf_counter()
+    run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
+                    data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device),
+                    attention_backend=cfg.attention.backend,
+                    precision="bf16" if use_bf16(cfg.train, device) else "fp32",
+                    compiled=use_compile(cfg.train, device),
+                    **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
+                                   "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
+    try:
+        model = train(cfg, run, corpus, device, progress, world)
+        t1 = time.perf_counter()
+        rows = evaluate_run(run, cfg, corpus, device, model, progress=progress)
+        run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
+        barrier(world)
+    except BaseException as e:
+        record_failure(run, e, time.perf_counter() - t0)
+        raise
+    wall = time.perf_counter() - t0
+    meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
+    label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
+    if isinstance(corpus, TaskData):
+        say(f"{run.path.name}: {accuracy_summary([r for r in rows if r['scheme'] == label], reference_length(cfg))}"
+            f" (train loss {meta.get('final_train_loss')}, {duration(wall)})")
+    else:
+        say(run_summary(run.path.name, meta.get("final_train_loss"),
+                        [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
+                        reference_length(cfg), wall))
 
 
 def check_numerics(run: Run, device: torch.device) -> None:

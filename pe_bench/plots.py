@@ -356,14 +356,7 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
         for i, (panel_title, members) in enumerate(groups):
             ax = axes[i][j]
             for name in members:
-                g = c[c["scheme"] == name]
-                if g.empty:
-                    continue
-                at = int(g["L_eval"].iloc[0])
-                g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)
-                     [["nll", "tokens"]].sum().reset_index())  # token-weighted over seeds
-                _draw(ax, name, ((g["pos_start"] + g["pos_end"]) / 2).to_numpy(float),
-                      (g["nll"] / g["tokens"]).to_numpy(float), label=name if at == n else f"{name} (at {at})")
+                _draw_positions(ax, name, c[c["scheme"] == name], n)
             _mark_L(ax, L)
             ax.xaxis.set_major_locator(mt.FixedLocator(list(range(0, n + 1, step))))
             ax.xaxis.set_major_formatter(mt.FuncFormatter(_number))
@@ -386,6 +379,17 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
                  f"averaged over {'/'.join(map(str, buckets))}-token buckets · {_seeds(d, 'scheme', band=False)}"
                  f"{_key(names)}", fontsize=10.5)
     return fig
+
+
+def _draw_positions(ax, name: str, g: pd.DataFrame, n: int) -> None:
+    """One row's mean loss by position (token-weighted over seeds), labelled with its length when it is not ``n``."""
+    if g.empty:
+        return
+    at = int(g["L_eval"].iloc[0])
+    g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)
+         [["nll", "tokens"]].sum().reset_index())
+    _draw(ax, name, ((g["pos_start"] + g["pos_end"]) / 2).to_numpy(float), (g["nll"] / g["tokens"]).to_numpy(float),
+          label=name if at == n else f"{name} (at {at})")
 
 
 def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation", df: pd.DataFrame | None = None,

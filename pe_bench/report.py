@@ -196,38 +196,10 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     the runs, e.g. ``nope · model.n_layers=2``). Unreadable files and unfinished runs are left out, each with one
     line in ``left_out``; diverged runs give 'diverged' rows. ``keep(df)``: a row mask applied before the labels are
     made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others."""
-    frames, flat, flat_scheme, tags, left = [], {}, {}, {}, []
-    windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    # Runs made with another torch, device or CPU thread count do not give the same numbers (README, "Determinism"):
-    # when the runs disagree on it, it is part of each configuration's identity (and of its label).
-    mixed = mixed_numerics(runs)
-    for run in runs:
-        try:
-            cfg, meta, rows = _read_run(run)
-            run_windows = read_windows(run)
-            d = _run_frame(run, cfg, rows)
-            check_against_windows(run, d, run_windows)
-        except RunFileError as e:
-            left.append(str(e))
-            continue
-        windows.update(run_windows)
-        ident, config_id = config_identity(cfg, meta, mixed)
-        group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
-        tags[config_id] = finetune_tag(cfg)
-        flat[config_id] = flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
-        if tags[config_id]:  # a fine-tune: what its tag says is not repeated, and it is compared with fine-tunes
-            flat[config_id] = {k: v for k, v in flat[config_id].items() if k not in TAGGED}
-        flat_scheme[config_id] = flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
-        d["config"], d["group"], d["steps"] = config_id, group, cfg.train.steps
-        # fine-tuning: the parent's configuration, the budget, the method (scheme label + PoSE, fine-tune length)
-        d["ft_parent"] = cfg.finetune.parent_config or ""
-        d["ft_steps"] = cfg.train.steps if cfg.finetune.from_run else 0
-        d["ft_method"] = d["scheme"] + method_tag(cfg)
-        d["bare"] = digest(identity(cfg, seed=False))
-        frames.append(d)
-    if not frames:
-        return Collected(pd.DataFrame(), windows, left)
-    df = pd.concat(frames, ignore_index=True)
+    read = _read_runs(runs)
+    if not read.frames:
+        return Collected(pd.DataFrame(), read.windows, read.left)
+    df = pd.concat(read.frames, ignore_index=True)
     for c in NUMERIC:
         df[c] = pd.to_numeric(df[c])
     for c in ("loss", "ppl", "bpb"):
@@ -245,8 +217,62 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
                          "precision", "tokens_scored"])
     if dup.any():  # the same run in two places (a copied results folder): one copy counts
         for name in sorted(set(df.loc[dup, "run"])):
-            left.append(f"{name}: a second copy of a run already read; the first is used")
+            read.left.append(f"{name}: a second copy of a run already read; the first is used")
         df = df[~dup].reset_index(drop=True)
+    return Collected(_labelled(df, read), read.windows, read.left)
+
+
+@dataclass
+class _Read:
+    """What collect_all reads of its runs: a frame of rows per run, their per-window losses, the runs left out
+    (one line each), and per configuration its flattened identity (all keys; the scheme's options) and fine-tune
+    tag."""
+
+    frames: list[pd.DataFrame] = field(default_factory=list)
+    windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    left: list[str] = field(default_factory=list)
+    flat: dict[str, dict[str, str]] = field(default_factory=dict)
+    flat_scheme: dict[str, dict[str, str]] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def _read_runs(runs: list[Run]) -> _Read:
+    read = _Read()
+    # Runs made with another torch, device or CPU thread count do not give the same numbers (README, "Determinism"):
+    # when the runs disagree on it, it is part of each configuration's identity (and of its label).
+    mixed = mixed_numerics(runs)
+    for run in runs:
+        try:
+            cfg, meta, rows = _read_run(run)
+            run_windows = read_windows(run)
+            d = _run_frame(run, cfg, rows)
+            check_against_windows(run, d, run_windows)
+        except RunFileError as e:
+            read.left.append(str(e))
+            continue
+        read.windows.update(run_windows)
+        ident, config_id = config_identity(cfg, meta, mixed)
+        group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
+        read.tags[config_id] = finetune_tag(cfg)
+        read.flat[config_id] = flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
+        if read.tags[config_id]:  # a fine-tune: what its tag says is not repeated, and it is compared with fine-tunes
+            read.flat[config_id] = {k: v for k, v in read.flat[config_id].items() if k not in TAGGED}
+        read.flat_scheme[config_id] = flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
+        d["config"], d["group"], d["steps"] = config_id, group, cfg.train.steps
+        # fine-tuning: the parent's configuration, the budget, the method (scheme label + PoSE, fine-tune length)
+        d["ft_parent"] = cfg.finetune.parent_config or ""
+        d["ft_steps"] = cfg.train.steps if cfg.finetune.from_run else 0
+        d["ft_method"] = d["scheme"] + method_tag(cfg)
+        d["bare"] = digest(identity(cfg, seed=False))
+        read.frames.append(d)
+    return read
+
+
+def _labelled(df: pd.DataFrame, read: _Read) -> pd.DataFrame:
+    """The rows with their 'label': the scheme label, a fine-tune's tag, the configuration keys that differ between
+    the runs, the scheme options that tell two configurations of one label apart, an unfinished step, and a scored
+    span other than the configuration's own."""
+    flat, tags = read.flat, read.tags
     suffix = {}
     for pool in (False, True):  # trained from scratch, fine-tuned: the keys that differ within each kind
         members = {c: f for c, f in flat.items() if bool(tags[c]) == pool}
@@ -259,10 +285,10 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     # Their scheme options that differ go into the label too; a row is never two configurations.
     for label, configs in df.groupby("label")["config"].unique().items():
         if len(configs) > 1:
-            keys = sorted(k for k in set().union(*(flat_scheme[c] for c in configs))
-                          if len({flat_scheme[c].get(k) for c in configs}) > 1)
+            keys = sorted(k for k in set().union(*(read.flat_scheme[c] for c in configs))
+                          if len({read.flat_scheme[c].get(k) for c in configs}) > 1)
             for c in configs:
-                extra = "trained with " + ", ".join(f"{k}={flat_scheme[c].get(k)}" for k in keys)
+                extra = "trained with " + ", ".join(f"{k}={read.flat_scheme[c].get(k)}" for k in keys)
                 df.loc[(df["label"] == label) & (df["config"] == c), "label"] = f"{label} · {extra}"
     df["label"] = [lab + (f" · step {a}/{b}" if a != b else "") for lab, a, b in zip(df["label"], df["step"],
                                                                                      df["steps"])]
@@ -277,7 +303,7 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
             apart = df.index.isin(g.index[g["tokens_scored"] != main])
             df.loc[apart, "label"] = [f"{lab} · scored={n}" for lab, n in zip(df.loc[apart, "label"],
                                                                              df.loc[apart, "tokens_scored"])]
-    return Collected(df, windows, left)
+    return df
 
 
 def collect(runs: list[Run]) -> pd.DataFrame:

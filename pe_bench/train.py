@@ -173,18 +173,10 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
                           "is batch_size × grad_accum whatever the number of processes)")
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, corpus.vocab_size).to(device)
-    step, history, window_losses = 0, [], []
     if cfg.finetune.from_run and not run.checkpoint.exists():  # a fine-tune starts from its parent's weights
         load_parent(model, cfg, device, corpus)
     opt = make_optimizer(model, tc, device)
-    if run.checkpoint.exists():
-        ckpt = run.load_checkpoint(device)
-        check_checkpoint(run, ckpt, cfg, corpus)
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        step = int(ckpt["step"])
-        history = [r for r in read_csv(run.train_csv) if int(r["step"]) <= step]
-        window_losses = list(ckpt.get("log_window", []))  # losses since the last log line
+    step, history, window_losses = _resume(run, cfg, corpus, device, model, opt)
     if step >= tc.steps:
         return model.eval()
     problem = backend_problem(cfg.attention.backend, model.scheme, cpu_training=device.type == "cpu")
@@ -192,100 +184,148 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
         raise ConfigError(problem)
     if step and world.is_main:
         run.update_meta(resumed_from=[*run.meta().get("resumed_from", []), step])
-
-    ddp = None
-    if world.size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    net = ddp or model
-    fwd = torch.compile(net) if use_compile(tc, device) else net
-    ctx = autocast(tc, device)
-    tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum
-    my_micro = list(range(world.rank, tc.grad_accum, world.size))  # this process's share of each step's batch
-    model.train()
-    # A bar on a terminal; otherwise (a log file, --no-progress) plain lines. Rank 0 alone shows either.
-    shown = TrainProgress(run.path.name, step, tc.steps, tokens_per_step, bar=use_bar(progress),
-                          quiet=not world.is_main)
-    t_start = t_log = time.perf_counter()
-    elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
-    completed = step  # optimizer steps whose update is in the weights
-    health = Health()
-
-    def save(at: int) -> None:
-        health.check()  # never save weights that a non-finite step produced
-        if world.is_main:
-            atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
-                         "config": to_dict(cfg), "identity": checkpoint_identity(cfg),
-                         "data": getattr(corpus, "fingerprint", None), "vocab_size": corpus.vocab_size,
-                         "log_window": [float(v) for v in window_losses]}, run.checkpoint)
-            run.update_meta(checkpoint_step=at)
-
-    try:
-        for step in range(step, tc.steps):
-            lr = lr_at(step, tc)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            total = torch.zeros((), device=device)  # summed on the device: no host sync until a log line
-            for i, micro in enumerate(my_micro):
-                g = batch_generator(cfg.seed, cfg.finetune.data_offset + step, micro)  # a fine-tune continues
-                x, y, mask = next_batch(corpus, "train", tc, g, step / tc.steps, device)
-                positions = batch_positions(tc, g, device)
-                # DDP all-reduces (averages) gradients on the last micro-step only.
-                sync = ddp.no_sync() if ddp is not None and i < len(my_micro) - 1 else nullcontext()
-                with sync:
-                    with ctx:
-                        logits = fwd(x) if positions is None else fwd(x, positions)
-                    loss = loss_of(logits, y, mask) / len(my_micro)
-                    loss.backward()
-                total += loss.detach()
-            # The norm is computed either way (max_norm=inf scales by 1): a non-finite one means divergence.
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                       tc.grad_clip if tc.grad_clip > 0 else float("inf"))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            completed = done = step + 1
-            reduced = mean_across(world, total) if world.size > 1 else total  # the same value on every rank
-            window_losses.append(reduced)
-            health.add(done, reduced, grad_norm)  # so every rank stops at the same step
-            shown.step(done, reduced, lr)
-            is_last = done == tc.steps
-            if done % tc.log_interval == 0 or is_last:
-                health.check()
-                window_losses = [float(v) for v in window_losses]  # the one host sync per log interval
-                now = time.perf_counter()
-                tps = len(window_losses) * tokens_per_step / max(now - t_log, 1e-9)
-                row = {"step": done, "loss": round(float(np.mean(window_losses)), 5), "lr": f"{lr:.3e}",
-                       "tokens_per_s": round(tps), "val_loss": "",
-                       "elapsed_s": round(elapsed_before + now - t_start, 2)}
-                if world.is_main and (done % tc.val_interval == 0 or is_last):
-                    row["val_loss"] = round(validation_loss(model, corpus, tc, device), 5)
-                history.append(row)
-                if world.is_main:
-                    write_csv(run.train_csv, history, TRAIN_COLUMNS)
-                shown.postfix(row["loss"], lr, tps)
-                window_losses, t_log = [], time.perf_counter()
-            if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
-                save(done)
-            # Every process must stop at the same step: with DDP the flag is agreed on at each log line.
-            agree_now = not is_last and (world.size == 1 or done % tc.log_interval == 0)
-            if agree_now and any_across(world, stop_requested(), device):
-                raise StopRequested(f"stopped at step {done}/{tc.steps}: checkpoint saved")
-    except (KeyboardInterrupt, StopRequested):
-        # Ctrl-C or a signal: keep the work done so far; the same command resumes from here.
-        window_losses = window_losses[: completed - int(history[-1]["step"] if history else 0)]
-        health.forget_after(completed)
-        save(completed)
-        raise
-    finally:
-        shown.close()
-    seconds = time.perf_counter() - t_start
-    if world.is_main:
-        run.update_meta(train_seconds=round(elapsed_before + seconds, 2),
-                        train_tokens_per_s=round(_mean_tps(history)),
-                        final_train_loss=history[-1]["loss"], final_val_loss=history[-1]["val_loss"],
-                        n_params=model.num_params(), tokens_seen=tc.steps * tokens_per_step)
+    Trainer(cfg, run, corpus, device, model, opt, world, history, window_losses).run(step, progress)
     return model.eval()
+
+
+def _resume(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskData, device: torch.device, model: Decoder,
+            opt: torch.optim.Optimizer) -> tuple[int, list[dict], list]:
+    """(step, the train.csv rows up to it, the losses since its last log line) of the run's checkpoint, its weights
+    and optimizer state loaded into ``model`` and ``opt``; (0, [], []) without a checkpoint."""
+    if not run.checkpoint.exists():
+        return 0, [], []
+    ckpt = run.load_checkpoint(device)
+    check_checkpoint(run, ckpt, cfg, corpus)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    step = int(ckpt["step"])
+    history = [r for r in read_csv(run.train_csv) if int(r["step"]) <= step]
+    return step, history, list(ckpt.get("log_window", []))
+
+
+class Trainer:
+    """The training loop of one run from a step on: micro-batches, clipping, the optimizer step, a log line (and
+    validation) every train.log_interval steps, checkpoints; the loss and gradient norm checked for divergence."""
+
+    def __init__(self, cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: torch.device,
+                 model: Decoder, opt: torch.optim.Optimizer, world: World, history: list[dict],
+                 window_losses: list) -> None:
+        self.cfg, self.tc, self.run_dir, self.corpus, self.device = cfg, cfg.train, run, corpus, device
+        self.model, self.opt, self.world = model, opt, world
+        self.history, self.window_losses = history, window_losses
+        self.ddp = None
+        if world.size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        net = self.ddp or model
+        self.fwd = torch.compile(net) if use_compile(self.tc, device) else net
+        self.ctx = autocast(self.tc, device)
+        self.tokens_per_step = self.tc.batch_size * self.tc.seq_len * self.tc.grad_accum
+        self.my_micro = list(range(world.rank, self.tc.grad_accum, world.size))  # this process's share of a step
+        self.health = Health()
+        self.elapsed_before = float(history[-1]["elapsed_s"]) if history else 0.0
+
+    def run(self, step: int, progress: bool) -> None:
+        tc, world = self.tc, self.world
+        self.model.train()
+        # A bar on a terminal; otherwise (a log file, --no-progress) plain lines. Rank 0 alone shows either.
+        self.shown = TrainProgress(self.run_dir.path.name, step, tc.steps, self.tokens_per_step, bar=use_bar(progress),
+                                   quiet=not world.is_main)
+        self.t_start = self.t_log = time.perf_counter()
+        completed = step  # optimizer steps whose update is in the weights
+        try:
+            for step in range(step, tc.steps):
+                lr = lr_at(step, tc)
+                reduced, grad_norm = self.step(step, lr)
+                completed = done = step + 1
+                self.window_losses.append(reduced)
+                self.health.add(done, reduced, grad_norm)  # so every rank stops at the same step
+                self.shown.step(done, reduced, lr)
+                is_last = done == tc.steps
+                if done % tc.log_interval == 0 or is_last:
+                    self.log(done, lr, is_last)
+                if is_last or (tc.ckpt_interval and done % tc.ckpt_interval == 0):
+                    self.save(done)
+                # Every process must stop at the same step: with DDP the flag is agreed on at each log line.
+                agree_now = not is_last and (world.size == 1 or done % tc.log_interval == 0)
+                if agree_now and any_across(world, stop_requested(), self.device):
+                    raise StopRequested(f"stopped at step {done}/{tc.steps}: checkpoint saved")
+        except (KeyboardInterrupt, StopRequested):
+            # Ctrl-C or a signal: keep the work done so far; the same command resumes from here.
+            logged = int(self.history[-1]["step"]) if self.history else 0
+            self.window_losses = self.window_losses[: completed - logged]
+            self.health.forget_after(completed)
+            self.save(completed)
+            raise
+        finally:
+            self.shown.close()
+        self.finish(time.perf_counter() - self.t_start)
+
+    def step(self, step: int, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step at learning rate ``lr``: (the mean loss over every process's micro-batches, the
+        gradient norm before clipping), both left on the device."""
+        tc, ddp = self.tc, self.ddp
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        total = torch.zeros((), device=self.device)  # summed on the device: no host sync until a log line
+        for i, micro in enumerate(self.my_micro):
+            g = batch_generator(self.cfg.seed, self.cfg.finetune.data_offset + step, micro)  # a fine-tune continues
+            x, y, mask = next_batch(self.corpus, "train", tc, g, step / tc.steps, self.device)
+            positions = batch_positions(tc, g, self.device)
+            # DDP all-reduces (averages) gradients on the last micro-step only.
+            sync = ddp.no_sync() if ddp is not None and i < len(self.my_micro) - 1 else nullcontext()
+            with sync:
+                with self.ctx:
+                    logits = self.fwd(x) if positions is None else self.fwd(x, positions)
+                loss = loss_of(logits, y, mask) / len(self.my_micro)
+                loss.backward()
+            total += loss.detach()
+        # The norm is computed either way (max_norm=inf scales by 1): a non-finite one means divergence.
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                   tc.grad_clip if tc.grad_clip > 0 else float("inf"))
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        reduced = mean_across(self.world, total) if self.world.size > 1 else total  # the same on every rank
+        return reduced, grad_norm
+
+    def log(self, done: int, lr: float, is_last: bool) -> None:
+        """A train.csv row for the steps since the last one (validation loss every train.val_interval steps)."""
+        tc = self.tc
+        self.health.check()
+        self.window_losses = [float(v) for v in self.window_losses]  # the one host sync per log interval
+        now = time.perf_counter()
+        tps = len(self.window_losses) * self.tokens_per_step / max(now - self.t_log, 1e-9)
+        row = {"step": done, "loss": round(float(np.mean(self.window_losses)), 5), "lr": f"{lr:.3e}",
+               "tokens_per_s": round(tps), "val_loss": "",
+               "elapsed_s": round(self.elapsed_before + now - self.t_start, 2)}
+        if self.world.is_main and (done % tc.val_interval == 0 or is_last):
+            row["val_loss"] = round(validation_loss(self.model, self.corpus, tc, self.device), 5)
+        self.history.append(row)
+        if self.world.is_main:
+            write_csv(self.run_dir.train_csv, self.history, TRAIN_COLUMNS)
+        self.shown.postfix(row["loss"], lr, tps)
+        self.window_losses, self.t_log = [], time.perf_counter()
+
+    def save(self, at: int) -> None:
+        self.health.check()  # never save weights that a non-finite step produced
+        if self.world.is_main:
+            cfg = self.cfg
+            atomic_save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": at,
+                         "config": to_dict(cfg), "identity": checkpoint_identity(cfg),
+                         "data": getattr(self.corpus, "fingerprint", None), "vocab_size": self.corpus.vocab_size,
+                         "log_window": [float(v) for v in self.window_losses]}, self.run_dir.checkpoint)
+            self.run_dir.update_meta(checkpoint_step=at)
+
+    def finish(self, seconds: float) -> None:
+        """The run's training figures in meta.json."""
+        if self.world.is_main:
+            h = self.history
+            self.run_dir.update_meta(train_seconds=round(self.elapsed_before + seconds, 2),
+                                     train_tokens_per_s=round(_mean_tps(h)),
+                                     final_train_loss=h[-1]["loss"], final_val_loss=h[-1]["val_loss"],
+                                     n_params=self.model.num_params(),
+                                     tokens_seen=self.tc.steps * self.tokens_per_step)
 
 
 def _mean_tps(history: list[dict]) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -11,6 +12,9 @@ from rich.table import Table
 from pe_bench.cli.app import app, console, friendly, warn
 from pe_bench.cli.output import print_tables, report_tasks, write_report
 from pe_bench.config import ConfigError
+
+if TYPE_CHECKING:  # pandas and the report are imported when a report is made: help answers without them
+    import pandas as pd
 
 
 def _find_runs(paths: list[str]) -> list[Path]:
@@ -57,10 +61,9 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     mean ± std over seeds, a 95% interval, the number of seeds; bold: not distinguishable from the best),
     ppl_vs_length_<mode>.png and loss_vs_position.png. Unreadable or unfinished run directories are left out, each
     named. Same inputs, same bytes."""
-    from pe_bench.report import MODES, collect_all, collect_positions
+    from pe_bench.report import collect_all, collect_positions
     from pe_bench.report import compare as paired
     from pe_bench.runs import Run
-
     from pe_bench.task_report import is_task_run
 
     runs = [Run(p) for p in _find_runs(paths)]
@@ -75,11 +78,27 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
         warn(f"left out: {line}")
     for line in unplotted:
         warn(f"left out of the plots: {line}")
-    df = col.df
-    if df.empty:
+    if col.df.empty:
         raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
                           "out, above)")
-    filters = {"data": data, "model": model, "L_train": seq_len, "scheme": scheme}
+    col.df, pos, modes = _filtered(col.df, pos, {"data": data, "model": model, "L_train": seq_len, "scheme": scheme},
+                                   mode)
+    if compare:
+        _print_comparison(paired(col, compare[0], compare[1], split, modes, partial), compare, split)
+        return
+    print_tables(col, split)
+    write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes, plots)
+    if col.left_out:
+        warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
+                  f"{len(runs) - len(col.left_out)}")
+
+
+def _filtered(df: pd.DataFrame, pos: pd.DataFrame, filters: dict[str, list | None],
+              mode: list[str] | None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The rows (and loss-by-position rows) that the --data/--model/--L/--scheme filters keep, in the modes asked
+    for (default: both); the modes."""
+    from pe_bench.report import MODES
+
     for column, keep in filters.items():
         if keep:
             df = df[df[column].isin(keep)]
@@ -91,21 +110,17 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
     df = df[df["mode"].isin(modes)] if not df.empty else df
     if df.empty:
         raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--mode")
-    col.df = df
-    if compare:
-        t = paired(col, compare[0], compare[1], split, modes, partial)
-        for line in t.attrs.get("left_out", []):
-            warn(f"not compared: {line}")
-        table = Table(title=f"paired difference ppl({compare[0]}) − ppl({compare[1]}) on {split}, 95% interval",
-                      header_style="bold")
-        for c in t.columns:
-            table.add_column(escape(str(c)), justify="left" if c in ("mode", "config", "verdict") else "right")
-        for row in t.itertuples(index=False):
-            table.add_row(*[escape(str(v)) for v in row])
-        console.print(table)
-        return
-    print_tables(col, split)
-    write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes, plots)
-    if col.left_out:
-        warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
-                  f"{len(runs) - len(col.left_out)}")
+    return df, pos, modes
+
+
+def _print_comparison(t: pd.DataFrame, compare: tuple[str, str], split: str) -> None:
+    """The paired differences of ``--compare A B``, and the rows that could not be compared."""
+    for line in t.attrs.get("left_out", []):
+        warn(f"not compared: {line}")
+    table = Table(title=f"paired difference ppl({compare[0]}) − ppl({compare[1]}) on {split}, 95% interval",
+                  header_style="bold")
+    for c in t.columns:
+        table.add_column(escape(str(c)), justify="left" if c in ("mode", "config", "verdict") else "right")
+    for row in t.itertuples(index=False):
+        table.add_row(*[escape(str(v)) for v in row])
+    console.print(table)

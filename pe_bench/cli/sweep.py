@@ -139,49 +139,19 @@ def _print_plan(points, name: str) -> None:
 
 def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
     """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
-    from pe_bench.evaluate import eval_lengths, run_lengths
     from pe_bench.report import MODES, collect_all, collect_positions
-
-    def lengths_of_parent(cfg) -> set[int]:  # a fine-tune's evaluation at its parent's lengths
-        return set(eval_lengths(cfg.eval, cfg.finetune.original_seq_len))
-    from pe_bench.sweep import BUSY, LEFT, inspect
+    from pe_bench.sweep import BUSY, LEFT
 
     skipped = sum(p.state == "done" for p in points)  # as planned, before the states are read again
     busy = sum(p.state in BUSY for p in points)
     left = sum(p.state in LEFT for p in points)  # diverged before, or an unreadable run directory: failures
-    summary = Table(title="runs", header_style="bold")
-    for c in ("run", "status", "train tok/s", "wall s", "error"):
-        summary.add_column(c)
-    for p in points:
-        inspect(p)
-        meta = p.meta
-        status = results.get(p.label, "skipped" if p.state == "done" else p.state)
-        if status == "failed" and meta.get("status") == "diverged":
-            status = "diverged"
-        summary.add_row(escape(p.run.path.name), escape(status), f"{meta.get('train_tokens_per_s', '')}",
-                        f"{meta.get('wall_seconds', '')}", escape(str(meta.get("error") or p.detail * (p.state in LEFT))))
-    console.print(summary)
+    _print_summary(points, results)
     runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
     task_runs = [p.run for p in points if p.cfg.task.name != "lm" and p.run in runs]
     if task_runs:
         report_tasks(task_runs, out, plots=True, title=title)
     runs = [r for r in runs if r not in task_runs]
-    # this sweep's lengths and evaluation settings only, even if a run was also evaluated elsewhere
-    wanted: dict[str, set[tuple[int, str, str]]] = {}  # run → (length, mode, token budget) this sweep evaluates
-    for p in points:
-        e = p.cfg.eval
-        keys = {(n, m, str(e.max_tokens if m == "nonoverlapping" else e.sliding_max_tokens))
-                for n in run_lengths(p.cfg) for m in MODES}
-        wanted.setdefault(p.run.path.name, set()).update(keys)
-        if p.cfg.finetune.from_run:  # its budget 0: the parent evaluated with the fine-tune's settings
-            wanted.setdefault(Path(p.cfg.finetune.from_run).name, set()).update(
-                (n, m, b) for n, m, b in keys if n in lengths_of_parent(p.cfg))
-
-    def ours(df):
-        return [(int(n), m, str(b)) in wanted.get(r, ()) for r, n, m, b in zip(df["run"], df["L_eval"], df["mode"],
-                                                                               df["budget"])]
-
-    col = collect_all(runs, keep=ours) if runs else None
+    col = collect_all(runs, keep=_evaluated_here(points)) if runs else None
     for line in col.left_out if col is not None else []:
         warn(f"left out of the report: {line}")
     if col is not None and not col.df.empty:
@@ -198,3 +168,46 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
                   f"elsewhere, {counts['stopped']} stopped, in {seconds:.0f} s")
     if counts["failed"]:
         raise typer.Exit(1)
+
+
+def _print_summary(points, results: dict[str, str]) -> None:
+    """One line per point: its run, status (as the sweep left it, read again), throughput, wall time, error."""
+    from pe_bench.sweep import LEFT, inspect
+
+    summary = Table(title="runs", header_style="bold")
+    for c in ("run", "status", "train tok/s", "wall s", "error"):
+        summary.add_column(c)
+    for p in points:
+        inspect(p)
+        meta = p.meta
+        status = results.get(p.label, "skipped" if p.state == "done" else p.state)
+        if status == "failed" and meta.get("status") == "diverged":
+            status = "diverged"
+        error = meta.get("error") or p.detail * (p.state in LEFT)
+        summary.add_row(escape(p.run.path.name), escape(status), f"{meta.get('train_tokens_per_s', '')}",
+                        f"{meta.get('wall_seconds', '')}", escape(str(error)))
+    console.print(summary)
+
+
+def _evaluated_here(points):
+    """The report's row filter: this sweep's lengths and evaluation settings only, even if a run was also evaluated
+    elsewhere (a fine-tune's budget 0 included: its parent evaluated with the fine-tune's settings)."""
+    from pe_bench.config import eval_lengths, run_lengths
+    from pe_bench.report import MODES
+
+    wanted: dict[str, set[tuple[int, str, str]]] = {}  # run → (length, mode, token budget) this sweep evaluates
+    for p in points:
+        e = p.cfg.eval
+        keys = {(n, m, str(e.max_tokens if m == "nonoverlapping" else e.sliding_max_tokens))
+                for n in run_lengths(p.cfg) for m in MODES}
+        wanted.setdefault(p.run.path.name, set()).update(keys)
+        if p.cfg.finetune.from_run:  # its budget 0: the parent evaluated at the parent's lengths
+            of_parent = set(eval_lengths(p.cfg.eval, p.cfg.finetune.original_seq_len))
+            wanted.setdefault(Path(p.cfg.finetune.from_run).name, set()).update(
+                (n, m, b) for n, m, b in keys if n in of_parent)
+
+    def ours(df):
+        return [(int(n), m, str(b)) in wanted.get(r, ()) for r, n, m, b in zip(df["run"], df["L_eval"], df["mode"],
+                                                                               df["budget"])]
+
+    return ours
