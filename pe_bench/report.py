@@ -146,7 +146,7 @@ def _numerics(run: Run) -> str | None:
 
 def config_identity(cfg: Config, meta: dict[str, Any], mixed: bool) -> tuple[dict[str, Any], str]:
     """A run's configuration — its identity without the seed, plus its numerics when the runs being reported
-    disagree on them (README, "Determinism") — and that configuration's hash: runs with the same hash are seed
+    disagree on them (docs/trust.md, "Determinism") — and that configuration's hash: runs with the same hash are seed
     replicas of one table row."""
     ident = identity(cfg, seed=False)
     if mixed:
@@ -198,8 +198,8 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others."""
     frames, flat, flat_scheme, tags, left = [], {}, {}, {}, []
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    # Runs made with another torch, device or CPU thread count do not give the same numbers (README, "Determinism"):
-    # when the runs disagree on it, it is part of each configuration's identity (and of its label).
+    # Runs made with another torch, device or CPU thread count do not give the same numbers (docs/trust.md,
+    # "Determinism"): when the runs disagree on it, it is part of each configuration's identity (and of its label).
     mixed = mixed_numerics(runs)
     for run in runs:
         try:
