@@ -122,7 +122,7 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
 
 
 def check_numerics(run: Run, device: torch.device) -> None:
-    """A run resumed from its checkpoint continues with the numerics it started with (README, "Determinism"):
+    """A run resumed from its checkpoint continues with the numerics it started with (docs/trust.md, "Determinism"):
     another torch, device or CPU thread count would make one history of two kinds of numbers."""
     from pe_bench.runs import numerics
 

@@ -146,7 +146,7 @@ def _numerics(run: Run) -> str | None:
 
 def config_identity(cfg: Config, meta: dict[str, Any], mixed: bool) -> tuple[dict[str, Any], str]:
     """A run's configuration — its identity without the seed, plus its numerics when the runs being reported
-    disagree on them (README, "Determinism") — and that configuration's hash: runs with the same hash are seed
+    disagree on them (docs/trust.md, "Determinism") — and that configuration's hash: runs with the same hash are seed
     replicas of one table row."""
     ident = identity(cfg, seed=False)
     if mixed:
@@ -238,8 +238,8 @@ class _Read:
 
 def _read_runs(runs: list[Run]) -> _Read:
     read = _Read()
-    # Runs made with another torch, device or CPU thread count do not give the same numbers (README, "Determinism"):
-    # when the runs disagree on it, it is part of each configuration's identity (and of its label).
+    # Runs made with another torch, device or CPU thread count do not give the same numbers (docs/trust.md,
+    # "Determinism"): when the runs disagree on it, it is part of each configuration's identity (and of its label).
     mixed = mixed_numerics(runs)
     for run in runs:
         try:

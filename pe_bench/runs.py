@@ -195,7 +195,7 @@ def git_sha() -> str | None:
 
 
 def numerics(device: torch.device) -> str:
-    """What a run's numbers depend on beyond its config (README, "Determinism"): the torch version, the device
+    """What a run's numbers depend on beyond its config (docs/trust.md, "Determinism"): the torch version, the device
     (the GPU model) and, on the CPU, the kernels' instruction set and the number of threads (reductions are split
     by thread). Recorded in meta.json;
     runs that differ in it are never one table row."""

@@ -234,7 +234,8 @@ def test_per_position_rows_are_eval_position_buckets_from_the_nonoverlapping_pas
 
 
 def _expected_row(common: dict, mode: str, stride: int, S, budget: int, s) -> dict:
-    """An evaluation row as the README's eval.csv columns describe it, from a Score computed by score_windows."""
+    """An evaluation row as the eval.csv columns of docs/evaluation.md describe it, from a Score computed by
+    score_windows."""
     return {**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "tokens_scored": s.tokens,
             "loss": round(s.nll / s.tokens, 6), "ppl": round(math.exp(s.nll / s.tokens), 4),
             "bpb": round(s.nll / math.log(2) / s.bytes, 5), "status": "ok", "note": ""}

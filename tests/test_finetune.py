@@ -250,7 +250,7 @@ def test_the_extension_sweep_reports_methods_by_budget(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The README's commands, the default evaluation of a fine-tune, a warmup longer than its budget
+# The commands of docs/fine-tuning.md, the default evaluation of a fine-tune, a warmup longer than its budget
 # ---------------------------------------------------------------------------------------------------------------
 def finished_looking(root: Path, *overrides: str) -> Run:
     """A parent directory as a fine-tune's composition sees a finished run (config, status done, checkpoint and
@@ -272,7 +272,8 @@ def learned_parent(tmp_path_factory) -> Run:
 
 
 def test_the_readmes_interpolating_finetune_runs(learned_parent):
-    """`pe-bench finetune RUN finetune.new_positions=interpolate train.seq_len=…` (README) trains and records it."""
+    """`pe-bench finetune RUN finetune.new_positions=interpolate train.seq_len=…` (docs/fine-tuning.md) trains and
+    records it."""
     r = runner.invoke(app, ["finetune", str(learned_parent.path), "finetune.new_positions=interpolate",
                             "train.seq_len=64", "train.steps=1", "train.batch_size=2", "train.warmup_steps=0",
                             "--no-progress"])

@@ -1,4 +1,4 @@
-"""The model presets as the README's "Config groups" table states them."""
+"""The model presets as the "Config groups" table of docs/configuration.md states them."""
 
 import pytest
 

@@ -1,5 +1,6 @@
-"""docs/promises.md maps every promise of the README to the tests that hold it: every row names at least one test,
-and every test it names exists (so a renamed or deleted test fails here, not silently in the table)."""
+"""docs/promises.md maps every promise of the README and of the docs pages to the tests that hold it: every row names
+at least one test, and every test it names exists (so a renamed or deleted test fails here, not silently in the
+table)."""
 
 import ast
 import re

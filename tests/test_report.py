@@ -107,7 +107,7 @@ def test_the_committed_default_runs_rebuild_the_committed_default_tables(tmp_pat
 
 
 def test_the_report_is_the_same_bytes_from_two_processes(smoke_args, tmp_path):
-    """The README's promise: the report of the same runs is the same bytes — across processes too (another hash
+    """The promise of docs/trust.md: the report of the same runs is the same bytes — across processes too (another hash
     seed, so no set or dict order can leak into a file)."""
     import os
     import subprocess

@@ -1,6 +1,6 @@
-"""Run directories as the README's "Run directories" section lists them: the files, their columns, what meta.json and
-the checkpoint record, config.yaml written once, files replaced whole, and the lock held while a process trains or
-evaluates the run."""
+"""Run directories as the "Run directories" section of docs/evaluation.md lists them: the files, their columns, what
+meta.json and the checkpoint record, config.yaml written once, files replaced whole, and the lock held while a process
+trains or evaluates the run."""
 
 import errno
 import json
@@ -19,7 +19,7 @@ from pe_bench.runs import Run, digest, file_sha256, identity, run_dir_for, write
 runner = CliRunner()
 TINY = ["scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32"]
 
-# The README's lists, word for word (README, "Run directories")
+# The lists of docs/evaluation.md, word for word ("Run directories")
 TRAIN_CSV = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
 EVAL_CSV = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride", "loss",
             "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision"]

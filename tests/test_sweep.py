@@ -371,7 +371,7 @@ def test_a_run_directory_with_an_unreadable_config_yaml_is_left_alone_and_counte
 
 
 def test_the_shipped_sweeps_are_the_points_the_readme_lists():
-    """README, "Sweeps": smoke (every scheme × seeds 0, 1; smoke recipe, 2-layer model), tasks (the paper's six ×
+    """docs/sweeps.md: smoke (every scheme × seeds 0, 1; smoke recipe, 2-layer model), tasks (the paper's six ×
     passkey, copy × seed 0; task recipe, L = 32, two processes at once), tasks_zoo (tasks plus eight schemes: 26
     points), extension (rope × seed 0, then 5 methods × budgets 25, 100, 400, and 0 for the parent's rows)."""
     def points(name):

@@ -406,7 +406,7 @@ def test_a_run_is_never_resumed_with_other_numerics(smoke_args, tmp_path):
         torch.set_num_threads(threads)
 
 
-# A run is evaluated and resumed as what it is (README, "Numbers you can trust") -----------------------------------
+# A run is evaluated and resumed as what it is (docs/trust.md, "Numbers you can trust") ----------------------------
 TINY = ["train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32"]
 
 

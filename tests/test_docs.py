@@ -1,0 +1,92 @@
+"""The README and the docs pages stay honest: every relative link (and its #anchor) resolves, the README stays a short
+page that opens with the two commands, and no page points at an issue number."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks and inline code spans: where markdown links and headings live."""
+    text = re.sub(r"^```.*?^```[^\n]*$", "", text, flags=re.DOTALL | re.MULTILINE)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its rendered text, stripped and lowercased, without characters that are not
+    letters, digits, spaces, hyphens or underscores (unicode letters kept), spaces to hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link in a heading renders as its text
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of a page's headings; a repeated heading gets -1, -2, … as on GitHub."""
+    seen: dict[str, int] = {}
+    out = set()
+    for line in re.sub(r"^```.*?^```[^\n]*$", "", text, flags=re.DOTALL | re.MULTILINE).splitlines():
+        m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def test_the_slug_is_githubs_on_headings_of_the_real_pages():
+    assert slug("Train short, fine-tune a little longer: context extension with a budget") == \
+        "train-short-fine-tune-a-little-longer-context-extension-with-a-budget"
+    assert slug("Config groups (`configs/`)") == "config-groups-configs"
+    assert slug("Beyond perplexity: does the model use the long context?") == \
+        "beyond-perplexity-does-the-model-use-the-long-context"
+    assert slug("Several GPUs for one run (DDP)") == "several-gpus-for-one-run-ddp"
+    assert slug("Über `eval_variants` × 8") == "über-eval_variants--8"  # unicode letters and _ kept, × dropped
+    assert anchors("# Plots\n```\n# not a heading\n```\n## Plots\n## Plots\n") == {"plots", "plots-1", "plots-2"}
+    docs = ROOT / "docs"
+    assert "train-short-fine-tune-a-little-longer-context-extension-with-a-budget" in \
+        anchors((docs / "fine-tuning.md").read_text())
+    assert "config-groups-configs" in anchors((docs / "configuration.md").read_text())
+    assert "the-default-sweep-every-scheme-two-seeds" in anchors((docs / "results.md").read_text())
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_resolves():
+    assert len(PAGES) > 10, "the docs pages are missing"
+    broken, checked = [], 0
+    for page in PAGES:
+        for target in LINK.findall(prose(page.read_text())):
+            if re.match(r"https?://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            checked += 1
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file or directory)")
+            elif anchor and (dest.suffix != ".md" or anchor not in anchors(dest.read_text())):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no heading with that anchor)")
+    assert checked > 50, f"only {checked} links found: the link pattern broke"
+    assert not broken, "\n".join(broken)
+
+
+def test_the_readme_is_short_and_opens_with_the_two_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"the README has {len(lines)} lines"
+    head = [line for line in lines if line.strip()][:7]
+    assert head[0] == "# pe-bench"
+    assert head[1] == head[4] == "```bash" and head[3] == head[6] == "```", head
+    assert head[2].endswith("pe-bench sweep sweep=paper"), head[2]
+    assert head[5].endswith("pytest"), head[5]
+
+
+def test_no_page_mentions_an_issue_number():
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        found += [f"{page.relative_to(ROOT)}: {m.group(0)}"
+                  for m in re.finditer(r"\bissues? #?\d+", text, re.IGNORECASE)]
+        without_link_targets = re.sub(r"\]\([^)]*\)", "]()", text)  # a #anchor in a link target is fine
+        found += [f"{page.relative_to(ROOT)}: {m.group(0)}"
+                  for m in re.finditer(r"(?<![\w&#])#\d+\b", without_link_targets)]
+    assert not found, found
