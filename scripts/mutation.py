@@ -74,14 +74,15 @@ GROUPS = [
     Group("identity", ("pe_bench/runs.py",), ("tests/test_identity.py",),
           tuple(f"pe_bench.runs.x_{f}__mutmut_*" for f in ("identity", "_without_late_defaults", "_scheme_defaults",
                                                           "digest", "run_name"))),
-    Group("guards", ("pe_bench/train.py",), ("tests/test_train.py", "tests/test_trust.py"),
-          ("pe_bench.train.x_check_checkpoint__mutmut_*", "pe_bench.train.x_checkpoint_identity__mutmut_*",
+    Group("guards", ("pe_bench/train.py", "pe_bench/runs.py"), ("tests/test_train.py", "tests/test_trust.py"),
+          ("pe_bench.runs.x_check_checkpoint__mutmut_*", "pe_bench.runs.x_checkpoint_identity__mutmut_*",
            "pe_bench.train.xǁHealthǁ*", "pe_bench.train.xǁDivergedǁ*"),
           ("-k", "diverg or finite or checkpoint or resum or refused or edited or other_data or crash")),
     Group("markdown", ("pe_bench/markdown.py",), ("tests/test_markdown.py", "tests/test_report_readers.py")),
     Group("report", ("pe_bench/report.py",), ("tests/test_report_readers.py", "tests/test_report.py"),
           tuple(f"pe_bench.report.x_{f}__mutmut_*" for f in (
               "_diverged_rows", "config_identity", "mixed_numerics", "_read_run", "_run_frame", "collect_all",
+              "_read_runs", "_labelled",
               "read_windows", "window_key", "recomputed_ppl", "agrees", "check_against_windows", "_cell_windows",
               "comparison", "row_names", "_cell_stats", "best_marks", "_paired", "compare", "_compared", "_mark")),
           ("-k", "not two_processes")),  # the same report from two processes: a subprocess, seen by no mutant
