@@ -19,13 +19,12 @@ import pandas as pd
 from pe_bench import markdown
 from pe_bench.accuracy import ACCURACY_COLUMNS
 from pe_bench.config import Config, reference_length, run_lengths
-from pe_bench.report import UNLABELLED, config_identity, flatten, mixed_numerics, read_whole_csv
+from pe_bench.report import STATUSES, UNLABELLED, config_identity, flatten, mixed_numerics, read_whole_csv
 from pe_bench.runs import Run, RunFileError, atomic_write_text
 from pe_bench.tasks import build_task
 
 REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples", "seed",
             "status")
-STATUSES = ("ok", "not_applicable", "nonfinite", "diverged")
 METRICS = {"exact_match": "exact match", "token_accuracy": "per-token accuracy"}
 
 
