@@ -1,0 +1,32 @@
+"""Configuration: typed dataclass schemas, Hydra composition and validation. The only package that knows
+Hydra/OmegaConf.
+
+Every entry point turns ``key=value`` overrides into a validated :class:`Config`; anything wrong (an unknown key, a
+value of the wrong type, an unknown scheme or preset) becomes one :class:`ConfigError` line naming the fix.
+
+- ``schema``: the dataclasses (one per group), the choices of string keys, the presets' directory;
+- ``typed``: plain values into a dataclass schema, problems as one line;
+- ``scheme_options``: a scheme's options typed by its own ``Options`` and built once for the model's shape;
+- ``validate``: a raw config checked whole; ``lengths``: a run's eval lengths;
+- ``compose``: Hydra composition, overrides on a saved config, YAML in and out.
+"""
+
+from pe_bench.config.compose import (apply_overrides, check_override_words, compose, finetune_parent, from_yaml,
+                                     hydra_quoted, to_dict, to_yaml)
+from pe_bench.config.lengths import eval_lengths, reference_length, run_lengths
+from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, GROUPS, AttentionConfig, Config, DataConfig,
+                                    EvalConfig, FinetuneConfig, ModelConfig, SplitFiles, TrainConfig, config_dir,
+                                    preset_names)
+from pe_bench.config.scheme_options import (SchemeSpec, check_scheme, fixed_option_changes, model_shape, scheme_spec,
+                                            with_options)
+from pe_bench.config.typed import omegaconf_message
+from pe_bench.config.validate import validate
+from pe_bench.errors import ConfigError
+from pe_bench.tasks import TaskConfig
+
+__all__ = ["CHOICES", "DATA_READS", "EVAL_MODES", "GROUPS", "AttentionConfig", "Config", "ConfigError", "DataConfig",
+           "EvalConfig", "FinetuneConfig", "ModelConfig", "SchemeSpec", "SplitFiles", "TaskConfig", "TrainConfig",
+           "apply_overrides", "check_override_words", "check_scheme", "compose", "config_dir", "eval_lengths",
+           "finetune_parent", "fixed_option_changes", "from_yaml", "hydra_quoted", "model_shape", "omegaconf_message",
+           "preset_names", "reference_length", "run_lengths", "scheme_spec", "to_dict", "to_yaml", "validate",
+           "with_options"]
