@@ -263,12 +263,12 @@ def test_sigterm_stops_an_evaluation_within_its_length(trained_run, tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_exit_1_and_PE_BENCH_DEBUG_shows_its_traceback(monkeypatch, tmp_path):
-    from pe_bench import cli
+    from pe_bench.cli import report as report_command
 
     def crash(paths):
         raise RuntimeError("something unexpected")
 
-    monkeypatch.setattr(cli, "_find_runs", crash)
+    monkeypatch.setattr(report_command, "_find_runs", crash)
     monkeypatch.delenv("PE_BENCH_DEBUG", raising=False)
     r = runner.invoke(app, ["report", str(tmp_path)])
     assert r.exit_code == 1
