@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pe_bench.attention import backend_problem
+from pe_bench.model.attention import backend_problem
 from pe_bench.config import Config, ConfigError, SchemeSpec, model_shape, scheme_spec
-from pe_bench.model import Decoder, ModelArgs
+from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.schemes import Scheme
 
 

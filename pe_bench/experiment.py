@@ -9,21 +9,22 @@ from contextlib import ExitStack
 
 import torch
 
-from pe_bench.config import Config, ConfigError, fixed_option_changes, scheme_spec, with_options
+from pe_bench.build import build_scheme
+from pe_bench.config import (Config, ConfigError, fixed_option_changes, reference_length, run_lengths, scheme_spec,
+                             with_options)
 from pe_bench.data import TokenizedCorpus, load_task_data, load_tokens
 from pe_bench.device import resolve_device, use_bf16, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, barrier, shutdown, world_from_env
-from pe_bench.evaluate import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY,
-                               check_feasible, evaluate, reference_length, run_lengths,
-                               scored_span)
-from pe_bench.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY, evaluate_accuracy
-from pe_bench.accuracy import summary as accuracy_summary
-from pe_bench.build import build_scheme
-from pe_bench.model import Decoder
+from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY, evaluate_accuracy
+from pe_bench.evaluate.accuracy import summary as accuracy_summary
+from pe_bench.evaluate.perplexity import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS,
+                                         WINDOW_KEY, check_feasible, evaluate, scored_span)
+from pe_bench.model.decoder import Decoder
 from pe_bench.progress import duration, run_summary, say
-from pe_bench.runs import Run, RunBusy, RunFileError, digest, file_sha256, identity, read_csv, write_csv
+from pe_bench.runs import (Run, RunBusy, RunFileError, check_checkpoint, digest, file_sha256, identity, read_csv,
+                           write_csv)
 from pe_bench.tasks import TaskData
-from pe_bench.train import Diverged, check_checkpoint, load_trained, train
+from pe_bench.train import Diverged, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
 

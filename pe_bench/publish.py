@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from pe_bench import plots as figures
-from pe_bench.analyze import write_analysis_files
+from pe_bench.evaluate.attention_stats import write_analysis_files
 from pe_bench.extension import extension_table, write_extension
 from pe_bench.report import MODES, Collected, replace_together, write_table_files
 from pe_bench.task_report import Accuracy, write_accuracy_files

@@ -333,7 +333,7 @@ def check_data(points: list[Point]) -> None:
     """Fail before any training when a point's evaluation split is too short for its lengths (loads each corpus
     once)."""
     from pe_bench.data import load_tokens
-    from pe_bench.evaluate import check_feasible
+    from pe_bench.evaluate.perplexity import check_feasible
 
     sizes: dict[str, int] = {}
     for p in points:
@@ -414,7 +414,7 @@ def _shape(d: dict[str, Any]) -> tuple:
     """What sets a run's cost: model, vocabulary, train recipe, evaluation (from a config as a plain dict)."""
     from types import SimpleNamespace
 
-    from pe_bench.evaluate import eval_lengths
+    from pe_bench.config import eval_lengths
 
     m, data, t, e = d["model"], d["data"], d["train"], d["eval"]
     task = d.get("task") or {"name": "lm"}

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from pe_bench import markdown
-from pe_bench.accuracy import ACCURACY_COLUMNS
+from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS
 from pe_bench.config import Config, reference_length, run_lengths
 from pe_bench.report import STATUSES, UNLABELLED, config_identity, flatten, mixed_numerics, read_whole_csv
 from pe_bench.runs import Run, RunFileError, atomic_write_text

@@ -11,13 +11,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pe_bench.attention import backend_problem
+from pe_bench.model.attention import backend_problem
 from pe_bench.build import build_model
 from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
 from pe_bench.device import autocast, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
-from pe_bench.model import Decoder, pose_positions, random_positions
+from pe_bench.model.decoder import Decoder, pose_positions, random_positions
 from pe_bench.progress import TrainProgress, use_bar
 from pe_bench.runs import (Run, RunFileError, atomic_save, check_checkpoint, checkpoint_identity, digest, identity,
                            read_csv, write_csv)

@@ -70,7 +70,7 @@ SCHEME_TESTS = ("tests/test_schemes.py", "tests/test_reference_values.py", "test
                 *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_schemes_*.py")))
 GROUPS = [
     Group("stats", ("pe_bench/stats.py",), ("tests/test_stats.py",)),
-    Group("evaluate", ("pe_bench/evaluate.py",), ("tests/test_evaluate.py",)),
+    Group("evaluate", ("pe_bench/evaluate/perplexity.py",), ("tests/test_evaluate.py",)),
     Group("identity", ("pe_bench/runs.py",), ("tests/test_identity.py",),
           tuple(f"pe_bench.runs.x_{f}__mutmut_*" for f in ("identity", "_without_late_defaults", "_scheme_defaults",
                                                           "digest", "run_name"))),

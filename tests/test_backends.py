@@ -11,11 +11,12 @@ import torch.nn.functional as F
 import yaml
 from typer.testing import CliRunner
 
-from pe_bench import attention, schemes
-from pe_bench.attention import backend_problem
+from pe_bench import schemes
+from pe_bench.model import attention
+from pe_bench.model.attention import backend_problem
 from pe_bench.cli import app
 from pe_bench.config import ConfigError, compose, config_dir, scheme_spec, with_options
-from pe_bench.model import Decoder, ModelArgs
+from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.schemes import ModelShape
 
 # Every registered scheme, plus the variants whose backends differ from their defaults'.

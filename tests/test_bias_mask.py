@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pe_bench import schemes
-from pe_bench.attention import causal_bias_mask
+from pe_bench.model.attention import causal_bias_mask
 from pe_bench.build import build_model
 from pe_bench.config import compose
 
@@ -95,7 +95,7 @@ def test_masking_in_place_only_outside_autograd():
 def test_attention_by_blocks_of_query_rows_equals_the_whole_mask(name, monkeypatch):
     """Outside autograd at long lengths the bias is built a block of query rows at a time (BiasRows): the logits are
     those of the whole mask (fp32, 1e-5), for every scheme (those without a bias are untouched)."""
-    from pe_bench import attention
+    from pe_bench.model import attention
 
     model = _model(name, *(["scheme.beyond_table=clamp"] if name == "learned" else [])).eval()
     x = torch.randint(0, 256, (2, 70))

@@ -13,10 +13,10 @@ import yaml
 from typer.testing import CliRunner
 
 from pe_bench import schemes
-from pe_bench.attention import backend_problem
+from pe_bench.model.attention import backend_problem
 from pe_bench.cli import app
 from pe_bench.config import config_dir, scheme_spec, with_options
-from pe_bench.model import Decoder, ModelArgs
+from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.schemes import ModelShape
 
 pytestmark = [pytest.mark.cuda,

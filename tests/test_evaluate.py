@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pe_bench.build import build_model
-from pe_bench.config import compose
+from pe_bench.config import compose, eval_lengths
 from pe_bench.data import DataError
-from pe_bench.evaluate import (RANDOM_POSITIONS_SEED, Score, _row, check_feasible, eval_lengths, eval_positions,
-                               evaluate, score_windows, scored_span, window_ends)
+from pe_bench.evaluate.perplexity import (RANDOM_POSITIONS_SEED, Score, _row, check_feasible, eval_positions, evaluate,
+                                         score_windows, scored_span, window_ends)
 from pe_bench.schemes.base import LengthNotSupported
 
 DEV = torch.device("cpu")
@@ -125,7 +125,7 @@ def test_eval_lengths_from_ratios_or_explicit():
 def test_a_stop_request_ends_scoring_at_the_next_batch_of_windows(setup):
     """SIGTERM sets the stop flag; scoring checks it between batches (not once per length), so an evaluation ends
     within one batch of windows. Perplexity and accuracy alike."""
-    from pe_bench.accuracy import _score
+    from pe_bench.evaluate.accuracy import _score
     from pe_bench.distributed import StopRequested, clear_stop, request_stop
     from pe_bench.tasks import build_task
     from pe_bench.config import TaskConfig
@@ -171,7 +171,7 @@ def test_bits_per_byte_divides_by_the_utf8_bytes_of_the_targets_not_their_count(
 
 @pytest.mark.parametrize("stride", [32, 5])
 def test_per_position_loss_is_the_token_weighted_mean_of_its_bucket(stride):
-    from pe_bench.evaluate import _position_rows
+    from pe_bench.evaluate.perplexity import _position_rows
 
     tokens = np.random.default_rng(2).integers(0, 256, 2000).astype(np.uint8)
     s = score_windows(Uniform(256), tokens, np.ones(256, dtype=np.int64), 32, stride, 512, 512, DEV, False)
@@ -359,7 +359,7 @@ def test_each_pass_reports_its_windows_to_its_progress_bar(setup, monkeypatch, m
     """One progress display per length × mode, named after the run and the pass, sized by the pass's windows and
     advanced to exactly that count (no pass a mode did not ask for); bars only where use_bar says so (a terminal),
     nothing at all when quiet."""
-    from pe_bench import evaluate as evaluate_mod
+    from pe_bench.evaluate import perplexity as evaluate_mod
 
     shown = []
 
@@ -430,7 +430,7 @@ def test_per_position_alone_makes_its_own_pass_and_no_perplexity_rows(setup, cap
 
 
 def test_the_progress_bar_follows_the_progress_flag_and_quiet_silences_not_applicable_lengths(monkeypatch, capsys):
-    from pe_bench import evaluate as evaluate_mod
+    from pe_bench.evaluate import perplexity as evaluate_mod
 
     asked = []
     monkeypatch.setattr(evaluate_mod, "use_bar", lambda progress: asked.append(progress) or False)

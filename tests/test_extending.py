@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCHEME = '''"""Tilt: one linear distance penalty on the attention scores, the same for every head (ALiBi with one slope)."""
+SCHEME = '''"""Tilt: one linear distance penalty on the scores, the same for every head (ALiBi with one slope)."""
 
 from dataclasses import dataclass
 

@@ -24,7 +24,7 @@ from pe_bench.data import load_tokens
 from pe_bench.experiment import run_one
 from pe_bench.finetune import compose_finetune, compose_run
 from pe_bench.train import load_parent
-from pe_bench.model import pose_positions
+from pe_bench.model.decoder import pose_positions
 from pe_bench.runs import Run, read_csv, run_name
 from pe_bench.train import batch_positions, load_trained, train
 
@@ -285,7 +285,7 @@ def test_the_readmes_interpolating_finetune_runs(learned_parent):
 
 def test_a_finetune_is_evaluated_at_its_parents_lengths_and_its_own(tmp_path):
     """By default: the parent's eval lengths plus the fine-tune's own L (not the ratios × its own L: 4096 here)."""
-    from pe_bench.evaluate import run_lengths
+    from pe_bench.config import run_lengths
 
     parent = finished_looking(tmp_path, "scheme=rope", "train=smoke")  # L = 32, eval=smoke: 32 … 256
     child = compose_finetune(parent.path)  # train=finetune: L' = 512

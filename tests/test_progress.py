@@ -10,7 +10,7 @@ import torch
 from pe_bench import progress
 from pe_bench.build import build_model
 from pe_bench.config import compose
-from pe_bench.evaluate import evaluate
+from pe_bench.evaluate.perplexity import evaluate
 from pe_bench.experiment import run_one
 from pe_bench.progress import TrainProgress, duration
 from pe_bench.runs import Run, run_dir_for

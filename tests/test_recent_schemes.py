@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pe_bench.config import compose
-from pe_bench.model import Decoder, ModelArgs
+from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.runs import run_name
 from pe_bench.schemes import ModelShape
 from pe_bench.schemes.alibi import ALiBi, ALiBiOptions
@@ -290,7 +290,7 @@ def test_ssmax_fixed_s_is_not_a_parameter_nor_saved():
 
 def test_logn_at_evaluation_scales_queries_beyond_L_only():
     """The training-free form (eval.logn): max(1, ln n / ln L) — 1 for every n <= L, ln 256 / ln 16 = 2 at n = 256."""
-    from pe_bench.model import logn_beyond
+    from pe_bench.model.decoder import logn_beyond
 
     scale = logn_beyond(torch.arange(256), 16)
     assert torch.equal(scale[:16], torch.ones(16))

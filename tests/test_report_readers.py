@@ -460,7 +460,7 @@ def test_a_diverged_runs_length_ratios_are_rounded_like_its_evaluation_rows():
 
     from pe_bench.build import build_model
     from pe_bench.config import compose
-    from pe_bench.evaluate import evaluate
+    from pe_bench.evaluate.perplexity import evaluate
     from pe_bench.report import _diverged_rows
 
     cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=48", "eval=smoke",

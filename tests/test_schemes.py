@@ -9,7 +9,7 @@ import yaml
 
 from pe_bench import schemes
 from pe_bench.config import config_dir, scheme_spec, with_options
-from pe_bench.model import Decoder, ModelArgs
+from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.schemes import LengthNotSupported, ModelShape
 
 ALL = schemes.available()

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from pe_bench.accuracy import _score
+from pe_bench.evaluate.accuracy import _score
 from pe_bench.cli import app
 from pe_bench.config import TaskConfig, compose
 from pe_bench.runs import run_name
@@ -247,7 +247,7 @@ def test_bad_task_options_are_one_line_and_exit_2(args, message, tmp_path):
 # Attention diagnostics (pe-bench analyze)
 # ---------------------------------------------------------------------------------------------------------------
 def test_diagnostics_on_hand_built_attention_patterns():
-    from pe_bench.analyze import AttentionStats
+    from pe_bench.evaluate.attention_stats import AttentionStats
 
     T = 8
     causal = torch.tril(torch.ones(T, T))
@@ -284,7 +284,7 @@ def test_the_probe_sees_the_attention_the_model_uses(name):
     import yaml
 
     from pe_bench.config import config_dir, scheme_spec
-    from pe_bench.model import Decoder, ModelArgs
+    from pe_bench.model.decoder import Decoder, ModelArgs
     from pe_bench.schemes import ModelShape, Scheme
 
     torch.manual_seed(0)
@@ -346,7 +346,7 @@ def test_an_analysis_forwards_at_most_max_elements_attention_weights_per_batch(m
     weights (B·H·T·T; 2**24 by default), so memory stays bounded at 8L — and the statistics are those of one batch."""
     from types import SimpleNamespace
 
-    from pe_bench import analyze
+    from pe_bench.evaluate import attention_stats as analyze
     from pe_bench.build import build_model
 
     assert analyze.MAX_ELEMENTS == 2**24

@@ -85,7 +85,7 @@ def test_a_diverged_run_is_diverged_everywhere(smoke_args, tmp_path):
 
 
 def test_a_nonfinite_evaluation_is_nan_not_ok():
-    from pe_bench.evaluate import Score, _row
+    from pe_bench.evaluate.perplexity import Score, _row
 
     row = _row({"scheme": "x"}, "nonoverlapping", 64, "", 1024, Score(nll=float("nan"), tokens=10, bytes=10))
     assert row["status"] == "nonfinite" and row["ppl"] == "nan"

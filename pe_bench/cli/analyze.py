@@ -24,13 +24,13 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     and the mass on the first token, by query position — e.g. whether a scheme's heads go diffuse past L. Writes
     attention.csv and attention.png."""
     run, saved, cfg = trained_run(run_dir, overrides)
-    from pe_bench.analyze import analyze as attention_stats
-    from pe_bench.analyze import default_title, summary_lines
+    from pe_bench.evaluate.attention_stats import analyze as attention_stats
+    from pe_bench.evaluate.attention_stats import default_title, summary_lines
     from pe_bench.publish import write_analysis
     from pe_bench.build import build_scheme
     from pe_bench.config import scheme_spec
     from pe_bench.device import resolve_device
-    from pe_bench.evaluate import reference_length, run_lengths
+    from pe_bench.config import reference_length, run_lengths
     from pe_bench.experiment import check_eval_overrides, check_same_run, load_data
     from pe_bench.train import load_trained
 

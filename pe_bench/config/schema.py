@@ -150,7 +150,7 @@ class AttentionConfig:
     """How attention is computed — not what it computes: every backend gives the same numbers (tested), so this is
     not part of a run's identity and may change between training and evaluation."""
 
-    backend: str = "auto"  # auto | sdpa | flex | explicit (pe_bench/attention.py)
+    backend: str = "auto"  # auto | sdpa | flex | explicit (pe_bench/model/attention.py)
 
 
 @dataclass

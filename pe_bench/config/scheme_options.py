@@ -97,7 +97,7 @@ def check_scheme(cfg: Config) -> None:
     """Type the scheme's options (and each eval variant's, and each composite part's) and build each once for the
     model's shape, so that checks needing the shape (alibi heads <= model.n_heads, rotary schemes' even head
     dimension, ...) fail here and not after the run directory exists."""
-    from pe_bench.attention import backend_problem
+    from pe_bench.model.attention import backend_problem
 
     spec = scheme_spec(cfg.scheme)
     shape = model_shape(cfg)

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pe_bench.config import Config, eval_lengths, reference_length, run_lengths  # noqa: F401 - re-exported
+from pe_bench.config import Config, reference_length, run_lengths
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.distributed import check_stop
-from pe_bench.model import Decoder, random_positions
+from pe_bench.model.decoder import Decoder, random_positions
 from pe_bench.progress import EvalProgress, use_bar
 from pe_bench.schemes import LengthNotSupported
 

@@ -3,8 +3,9 @@ query position (bucketed): the attention entropy (also divided by its maximum, l
 the mean attended distance Σ_j p_ij (i − j), and the attention mass on the first token (a "sink").
 
 The weights come from the model's own attention (``Decoder.forward(probe=...)``): the scheme's rotate, bias and
-terms hooks, softmax written out (pe_bench.attention.attend_explicit), so no scheme is implemented twice. Statistics
-are reduced per batch; a batch holds at most ``MAX_ELEMENTS`` attention weights, so memory stays bounded at 8L.
+terms hooks, softmax written out (pe_bench.model.attention.attend_explicit), so no scheme is implemented twice.
+Statistics are reduced per batch; a batch holds at most ``MAX_ELEMENTS`` attention weights, so memory stays bounded at
+8L.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import numpy as np
 import torch
 
 from pe_bench.config import Config
-from pe_bench.evaluate import eval_positions, reference_length, run_lengths
-from pe_bench.model import Decoder
+from pe_bench.config import reference_length, run_lengths
+from pe_bench.evaluate.perplexity import eval_positions
+from pe_bench.model.decoder import Decoder
 from pe_bench.runs import ANALYSIS_META, atomic_write_text, write_csv
 
 ATTENTION_COLUMNS = ["scheme", "task", "step", "L_train", "L_eval", "layer", "head", "q_start", "q_end", "queries", "entropy",

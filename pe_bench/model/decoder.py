@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pe_bench import attention
-from pe_bench.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
+from pe_bench.model import attention
+from pe_bench.model.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
                                 with_input_bias)
 from pe_bench.schemes import Scheme
 from pe_bench.schemes.base import lean_inference, log_n, same_values, values_of
@@ -27,7 +27,7 @@ class ModelArgs:
     n_heads: int = 4
     mlp_ratio: float = 4.0
     dropout: float = 0.0
-    backend: str = "auto"  # attention.backend: auto | sdpa | flex | explicit (pe_bench.attention)
+    backend: str = "auto"  # attention.backend: auto | sdpa | flex | explicit (pe_bench.model.attention)
 
 
 def random_positions(max_position: int, length: int, generator: torch.Generator) -> torch.Tensor:
@@ -67,7 +67,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | BiasRows | None,
                 layer: int, backend: str, probe: Probe | None = None,
                 q_scale: torch.Tensor | None = None) -> torch.Tensor:
-        """x: (B, T, C) -> (B, T, C). ``backend``: sdpa | explicit | flex (resolved, see pe_bench.attention);
+        """x: (B, T, C) -> (B, T, C). ``backend``: sdpa | explicit | flex (resolved, see pe_bench.model.attention);
         ``mask``: the scheme's bias as a mask (sdpa, explicit). ``probe(layer, probs)``: sees the attention weights
         (B, H, T, T) (explicit attention, for diagnostics). ``q_scale``: (T,) multiplies each query (eval.logn)."""
         B, T, C = x.shape
@@ -155,7 +155,7 @@ class Decoder(nn.Module):
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
                 probe: Probe | None = None) -> torch.Tensor:
         """idx: (B, T) token ids; positions: (T,) defaults to 0..T-1. -> logits (B, T, V). ``probe(layer, probs)``
-        sees every layer's attention weights (B, H, T, T) (pe_bench.analyze)."""
+        sees every layer's attention weights (B, H, T, T) (pe_bench.evaluate.attention_stats)."""
         T = idx.shape[1]
         default_positions = positions is None
         if positions is None:

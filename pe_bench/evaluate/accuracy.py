@@ -13,8 +13,9 @@ import torch
 from pe_bench.config import Config
 from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.distributed import check_stop
-from pe_bench.evaluate import eval_positions, reference_length, run_lengths
-from pe_bench.model import Decoder
+from pe_bench.config import reference_length, run_lengths
+from pe_bench.evaluate.perplexity import eval_positions
+from pe_bench.model.decoder import Decoder
 from pe_bench.progress import say
 from pe_bench.schemes import LengthNotSupported
 from pe_bench.tasks import Task, TaskLengthError
