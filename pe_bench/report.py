@@ -328,9 +328,10 @@ def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
     if not path.exists():
         return {}
     rows, columns = read_whole_csv(path, None, WINDOW_REQUIRED)
+    for i, r in enumerate(rows, 2):  # a field too many or too few: csv gives it the key None or the value None
+        if None in r or any(v is None for v in r.values()):
+            raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
     w = pd.DataFrame(rows, columns=columns, dtype=str)
-    if w.isna().any().any():
-        raise RunFileError(f"{path} has a line with the wrong number of fields (truncated or edited)")
     for c in ("S", "precision"):
         if c not in w:
             w[c] = ""

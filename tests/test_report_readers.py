@@ -98,6 +98,21 @@ def test_an_unparseable_windows_file_leaves_its_run_out_in_one_line(results):
     assert set(col.df["scheme"]) == {"alibi", "alibi+logn"} or set(col.df["scheme"]) == {"alibi"}
 
 
+@pytest.mark.parametrize("edit", ["a field too many", "a field too few"])
+def test_a_windows_line_with_a_field_too_many_or_too_few_leaves_its_run_out_in_one_line(results, edit):
+    """A windows.csv line edited to hold one field more (or less) than its header is refused by line, never read
+    with the extra field dropped; the other run stays."""
+    rope = run_named(results, "rope")
+    lines = (rope / "windows.csv").read_text().splitlines()
+    lines[3] = lines[3] + ",7" if edit == "a field too many" else lines[3].rsplit(",", 1)[0]
+    (rope / "windows.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RunFileError, match="windows.csv line 4 has the wrong number of fields"):
+        read_windows(Run(rope))
+    col = collect_all([Run(rope), Run(run_named(results, "alibi"))])
+    assert len(col.left_out) == 1 and "windows.csv line 4 has the wrong number of fields" in col.left_out[0]
+    assert not col.df.empty and not col.df["run"].str.startswith("rope").any()
+
+
 def test_an_eval_csv_edited_against_its_windows_is_refused(results):
     rope = run_named(results, "rope")
     ev = pd.read_csv(rope / "eval.csv", keep_default_na=False)
@@ -130,6 +145,21 @@ def test_two_spans_of_one_length_keep_their_own_windows_and_intervals(results):
     r = invoke("report", results, "--compare", "alibi", "rope", "--mode", "nonoverlapping")
     assert r.exit_code == 0, r.output
     assert "not compared: alibi vs rope (scored=" in r.output and "only alibi was evaluated" in r.output
+
+
+def test_of_two_spans_at_as_many_lengths_the_longer_keeps_the_label_and_only_that_runs_rows_are_set_apart(results):
+    """alibi evaluated again at four lengths up to 1024 tokens scores a longer span (4096 tokens) than its first
+    evaluation at four lengths up to 256 (2048): at a tie in lengths the longer span keeps the configuration's label
+    and the first evaluation's rows are labelled by their span — rope's rows, read after alibi's, keep their own."""
+    alibi, rope = run_named(results, "alibi"), run_named(results, "rope")
+    r = invoke("eval", alibi, "eval.lengths=[32,64,128,1024]", "eval.variants=false", "eval.logn=false")
+    assert r.exit_code == 0, r.output
+    col = collect_all([Run(alibi), Run(rope)])
+    mine = col.df[col.df["run"] == alibi.name]
+    main = mine[(mine["mode"] == "nonoverlapping") & (mine["scheme"] == "alibi")]
+    assert set(main.loc[main["tokens_scored"] == 4096, "label"]) == {"alibi"}
+    assert set(main.loc[main["tokens_scored"] == 2048, "label"]) == {"alibi · scored=2048"}
+    assert set(col.df.loc[col.df["run"] == rope.name, "label"]) == set(collect_all([Run(rope)]).df["label"])
 
 
 def test_loss_by_position_draws_every_row_at_its_own_longest_length(results):
@@ -557,6 +587,8 @@ def test_rope_evaluated_as_a_variant_and_rope_trained_with_it_are_rows_named_by_
         "rope", "rope+yarn×8 · trained with scheme.scaling.factor=1.0, scheme.scaling.type=none",
         "rope+yarn×8 · trained with scheme.scaling.factor=8, scheme.scaling.type=yarn"]
     assert col.df["group"].nunique() == 1
+    assert set(col.df.loc[col.df["run"] == yarn.name, "label"]) == {
+        "rope+yarn×8 · trained with scheme.scaling.factor=8, scheme.scaling.type=yarn"}  # each run its own words
 
 
 def test_a_finetunes_rows_name_their_parent_budget_and_method(results):
@@ -582,6 +614,33 @@ def test_a_finetunes_rows_name_their_parent_budget_and_method(results):
     assert set(child["ft_method"]) == {"rope @64"} and set(child["label"]) == {"rope ft2@64"}
     assert set(parent["bare"]) == set(child["ft_parent"])  # how the extension table finds the parent's rows
     assert set(parent["label"]) == {"rope"}
+
+
+def test_fine_tunes_are_labelled_by_their_tag_and_the_settings_that_differ_among_fine_tunes(results):
+    """Three fine-tunes of rope: 2 and 3 steps, and 2 steps at another learning rate. The budget is in the tag
+    (ft2, ft3), never repeated as train.steps; the learning rate differs among the fine-tunes, so it is in their
+    labels and in their method (the extension table's rows); the parent's label is its own."""
+    import re
+
+    from pe_bench.runs import numerics_of
+
+    rope = run_named(results, "rope")
+    threads = re.search(r"(\d+) threads$", numerics_of(Run(rope).meta())).group(1)
+    runs = []
+    for extra in (["train.steps=2"], ["train.steps=3"], ["train.steps=2", "train.lr=0.001"]):
+        before = set((results / "runs").iterdir())
+        r = invoke("finetune", rope, "train.seq_len=64", "train.batch_size=2", f"train.threads={threads}", *extra,
+                   "--no-progress")
+        assert r.exit_code == 0, r.output
+        runs += list(set((results / "runs").iterdir()) - before)
+    col = collect_all([Run(rope), *map(Run, runs)])
+    labels = {name: set(g["label"]) for name, g in col.df.groupby("run")}
+    methods = {name: set(g["ft_method"]) for name, g in col.df.groupby("run")}
+    assert labels[rope.name] == {"rope"} and methods[rope.name] == {"rope"}
+    assert [labels[r.name] for r in runs] == [{"rope ft2@64 · train.lr=0.0005"}, {"rope ft3@64 · train.lr=0.0005"},
+                                              {"rope ft2@64 · train.lr=0.001"}]
+    assert [methods[r.name] for r in runs] == [{"rope @64 · train.lr=0.0005"}, {"rope @64 · train.lr=0.0005"},
+                                               {"rope @64 · train.lr=0.001"}]
 
 
 def test_a_diverged_seed_sits_in_its_configurations_row_and_makes_it_say_diverged(results):
