@@ -9,6 +9,7 @@ What a fine-tune may change is what does not change the meaning of the parent's 
 from __future__ import annotations
 
 from pathlib import Path
+
 from omegaconf import OmegaConf
 
 from pe_bench.config import (Config, ConfigError, apply_overrides, check_override_words, compose, finetune_parent,
