@@ -113,6 +113,19 @@ def test_a_windows_line_with_a_field_too_many_or_too_few_leaves_its_run_out_in_o
     assert not col.df.empty and not col.df["run"].str.startswith("rope").any()
 
 
+def test_a_windows_csv_from_before_the_S_and_precision_columns_is_read_with_both_empty(results):
+    """A run evaluated by a pe-bench that wrote neither S nor precision (in eval.csv or windows.csv): both read as
+    empty in each file, so the windows still meet their rows and give the cells their intervals."""
+    rope = run_named(results, "rope")
+    windows = pd.read_csv(rope / "windows.csv", dtype=str, keep_default_na=False)
+    rewrite_eval_csv(rope, eval_frame(rope).drop(columns=["S", "precision"]))
+    windows.drop(columns=["S", "precision"]).to_csv(rope / "windows.csv", index=False)
+    col = collect_all([Run(rope)])
+    assert col.left_out == [] and set(col.df["S"]) == {""} and set(col.df["precision"]) == {""}
+    for mode in ("nonoverlapping", "sliding"):
+        assert "[" in comparison(col, mode).loc[("rope", 32), "32"], mode  # an interval: the windows were found
+
+
 def test_an_eval_csv_edited_against_its_windows_is_refused(results):
     rope = run_named(results, "rope")
     ev = pd.read_csv(rope / "eval.csv", keep_default_na=False)
