@@ -126,6 +126,20 @@ def test_a_windows_csv_from_before_the_S_and_precision_columns_is_read_with_both
         assert "[" in comparison(col, mode).loc[("rope", 32), "32"], mode  # an interval: the windows were found
 
 
+def test_windows_that_are_not_finite_cost_only_their_own_key(results):
+    """The first key of rope's windows.csv holds a window whose loss is nan: that key gives no interval, and the
+    keys after it in the file keep theirs."""
+    rope = run_named(results, "rope")
+    before = read_windows(Run(rope))
+    lines = (rope / "windows.csv").read_text().splitlines()
+    header, first = lines[0].split(","), lines[1].split(",")
+    first[header.index("nll")] = "nan"
+    lines[1] = ",".join(first)
+    (rope / "windows.csv").write_text("\n".join(lines) + "\n")
+    after = read_windows(Run(rope))
+    assert len(before) > 2 and set(after) == set(list(before)[1:])
+
+
 def test_an_eval_csv_edited_against_its_windows_is_refused(results):
     rope = run_named(results, "rope")
     ev = pd.read_csv(rope / "eval.csv", keep_default_na=False)
