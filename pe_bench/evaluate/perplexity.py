@@ -178,7 +178,8 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
         strides = {"nonoverlapping": length, "sliding": min(stride, length)}
         try:
-            r, p, w = _at_length(scored, cfg, common, length, eval_positions(cfg, length, device), spans, budgets)
+            r, p, w = _at_length(scored, cfg, common, length, eval_positions(cfg, length, device), spans, budgets,
+                                  stride)
             rows += r
             pos_rows += p
             win_rows += w
@@ -192,12 +193,13 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
 
 
 def _at_length(scored: Callable[..., Score], cfg: Config, common: dict, length: int, positions: torch.Tensor | None,
-               spans: dict[str, int], budgets: dict[str, int]) -> tuple[list[dict], list[dict], list[dict]]:
+               spans: dict[str, int], budgets: dict[str, int],
+               stride: int) -> tuple[list[dict], list[dict], list[dict]]:
     """(eval rows, per-position rows, per-window rows) of one eval length in every configured mode: one pass in
     non-overlapping blocks serves ``nonoverlapping`` and ``per_position``, one sliding pass ``sliding``.
-    ``scored(mode, length, advance, targets, positions)`` scores the windows of one pass."""
+    ``scored(mode, length, advance, targets, positions)`` scores the windows of one pass; ``stride``: the sliding
+    stride setting S."""
     ecfg = cfg.eval
-    stride = ecfg.stride or reference_length(cfg)
     rows: list[dict] = []
     pos_rows: list[dict] = []
     win_rows: list[dict] = []
