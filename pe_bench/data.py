@@ -21,7 +21,8 @@ import torch
 
 from pe_bench.config import Config, DataConfig, run_lengths
 from pe_bench.errors import ConfigError
-from pe_bench.tasks import Task, TaskData, build_task
+from pe_bench import tasks
+from pe_bench.tasks import SyntheticTask, Task, TaskData, build_task
 
 SPLITS = ("train", "validation", "test")
 CACHE_VERSION = 1  # bump when tokenization changes
@@ -466,10 +467,19 @@ def random_batch(tokens: np.ndarray, batch_size: int, seq_len: int, generator: t
     return block[:, :-1], block[:, 1:]
 
 
+def load_data(cfg: Config) -> TokenizedCorpus | TaskData:
+    """What a run trains on: the tokenized corpus (a task scored by perplexity on it), or a synthetic task's
+    example generator."""
+    if not issubclass(tasks.get(cfg.task.name), SyntheticTask):
+        return load_tokens(cfg.data, cfg.cache_dir)
+    return load_task_data(cfg)
+
+
 def load_task_data(cfg: Config) -> TaskData:
-    """The task of a config, with the corpus's byte tokens when passkey's filler is text."""
+    """The synthetic task of a config, with the corpus's byte tokens when it reads the corpus (passkey's text
+    filler)."""
     filler, fingerprint = None, ""
-    if cfg.task.name == "passkey" and cfg.task.filler == "text":
+    if tasks.get(cfg.task.name).reads_corpus(tasks.options_of(cfg.task)):
         corpus = load_tokens(cfg.data, cfg.cache_dir)
         if corpus.vocab_size > 256:
             raise ConfigError("task.filler=text reads the corpus as bytes: use data.tokenizer=byte")

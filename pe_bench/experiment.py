@@ -12,7 +12,7 @@ import torch
 from pe_bench.build import build_scheme
 from pe_bench.config import (Config, ConfigError, fixed_option_changes, reference_length, run_lengths, scheme_spec,
                              with_options)
-from pe_bench.data import TokenizedCorpus, load_task_data, load_tokens
+from pe_bench.data import TokenizedCorpus, load_data
 from pe_bench.device import resolve_device, use_bf16, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY, evaluate_accuracy
@@ -27,13 +27,6 @@ from pe_bench.tasks import TaskData
 from pe_bench.train import Diverged, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
-
-
-def load_data(cfg: Config) -> TokenizedCorpus | TaskData:
-    """What the run trains on: the tokenized corpus (task=lm) or the synthetic task."""
-    if cfg.task.name == "lm":
-        return load_tokens(cfg.data, cfg.cache_dir)
-    return load_task_data(cfg)
 
 
 def run_one(cfg: Config, progress: bool = True) -> Run:

@@ -458,14 +458,14 @@ def plot_accuracy(df: pd.DataFrame, path: Path, title: str = "") -> Path | None:
 
 
 def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
-    """The needle-in-a-haystack picture: one panel per passkey row (scheme), exact match (%, mean over seeds) by
+    """The needle-in-a-haystack picture: one panel per row (scheme) of a task evaluated by depth, exact match (%, mean over seeds) by
     context length (columns) × depth of the key (rows, 0 % = right after BOS); L is outlined; no number is grey."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    d = df[(df["task"] == "passkey") & (df["depth"] != "")]
+    d = df[df["depth"] != ""]
     if d.empty:
         return None
     names = list(dict.fromkeys(d.sort_values(["L_train", "label"], kind="stable")[["label", "L_train"]]

@@ -40,7 +40,7 @@ def _report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, ti
 
 def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = True) -> list[Path]:
     """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row) and accuracy.md, and with matplotlib
-    accuracy_vs_length.png and passkey_heatmap.png (when there are passkey runs); all or nothing replaced."""
+    accuracy_vs_length.png and passkey_heatmap.png (when a task was evaluated by depth); all or nothing replaced."""
     return replace_together(out, lambda staging: _accuracy_files(acc, staging, title, plots))
 
 
@@ -48,7 +48,7 @@ def _accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool) -> list[Pa
     df, written = write_accuracy_files(acc, out, title)
     if draw:
         written.append(figures.plot_accuracy(df, out / "accuracy_vs_length.png", title))
-        if (df["task"] == "passkey").any():
+        if (df["depth"] != "").any():  # a task evaluated by depth (passkey)
             written.append(figures.plot_passkey_heatmap(df, out / "passkey_heatmap.png", title))
     return [p for p in written if p is not None]
 

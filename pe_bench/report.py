@@ -24,7 +24,7 @@ from pe_bench.build import build_scheme
 from pe_bench.config import Config, ConfigError, reference_length, run_lengths, scheme_spec, with_options
 from pe_bench.finetune import finetune_tag, method_tag
 from pe_bench.markdown import label_value
-from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of, read_csv
+from pe_bench.runs import Run, RunFileError, atomic_write_text, digest, identity, numerics_of
 
 MODES = ("nonoverlapping", "sliding")
 

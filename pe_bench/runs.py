@@ -31,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pe_bench import schemes
+from pe_bench import schemes, tasks
 from pe_bench.config import Config, ConfigError, config_dir, from_yaml, to_yaml, validate
 
 if TYPE_CHECKING:
@@ -50,9 +50,10 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     for k in ("eval", "attention", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
     d["scheme"] = _without_late_defaults({k: v for k, v in d["scheme"].items() if k != "eval_variants"})
-    if cfg.task.name == "lm":  # language modelling: the identity it had before tasks existed (same run names)
+    d["task"] = tasks.identity(cfg.task)
+    if d["task"] is None:  # language modelling: the identity it had before tasks existed (same run names)
         d.pop("task")
-    elif not (cfg.task.name == "passkey" and cfg.task.filler == "text"):  # a task that reads no corpus
+    if not tasks.reads_corpus(cfg.task):
         d.pop("data")
     for k in BOOKKEEPING:  # how often to log/validate/checkpoint does not change the trained weights
         d["train"].pop(k)
@@ -107,9 +108,8 @@ def run_name(cfg: Config) -> str:
         pose = f"-pose{cfg.train.pose_target}" if cfg.train.pose_target else ""
         parent = (cfg.finetune.parent or "run").rsplit("-", 1)[0]
         return f"{parent}-ft{cfg.train.steps}-L{cfg.train.seq_len}{pose}-{h}"
-    if cfg.task.name != "lm":
-        return f"{cfg.task.name}-{cfg.scheme['name']}-{cfg.model.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
-    return f"{cfg.scheme['name']}-{cfg.model.name}-{cfg.data.name}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
+    head = tasks.run_prefix(cfg.task, cfg.scheme["name"], cfg.model.name, cfg.data.name)
+    return f"{head}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
 
 
 class RunFileError(ConfigError):

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pe_bench import schemes
+from pe_bench import schemes, tasks
 from pe_bench.config import (GROUPS, Config, ConfigError, config_dir, hydra_quoted, omegaconf_message, preset_names,
                              validate)
 from pe_bench.finetune import compose_finetune, compose_run
@@ -74,7 +74,7 @@ class SweepConfig:
     schemes: list[str] = field(default_factory=lambda: ["all"])  # "all" = every registered scheme
     seeds: list[int] = field(default_factory=lambda: [0])
     seq_lens: list[int] | None = None  # training lengths L; None = the train preset's seq_len
-    task: str = "lm"  # a task preset (configs/task); several: grid: {task: [passkey, copy]}
+    task: str = tasks.DEFAULT  # a task preset (configs/task); several: grid: {task: [passkey, copy]}
     model: str = "tiny"
     data: str = "shakespeare"
     train: str = "quick"
@@ -161,7 +161,7 @@ def _axes(sweep: SweepConfig) -> dict[str, list[str]]:
         "seed": [str(s) for s in sweep.seeds],
         "model": [sweep.model], "data": [sweep.data], "train": [sweep.train], "eval": [sweep.eval],
     }
-    if sweep.task != "lm":  # (an lm sweep's overrides stay what they were before tasks existed)
+    if sweep.task != tasks.DEFAULT:  # (the default task's overrides stay what they were before tasks existed)
         axes["task"] = [sweep.task]
     if sweep.seq_lens:
         axes["train.seq_len"] = [str(n) for n in sweep.seq_lens]
@@ -337,7 +337,7 @@ def check_data(points: list[Point]) -> None:
 
     sizes: dict[str, int] = {}
     for p in points:
-        if p.state == "done" or p.cfg.task.name != "lm":  # a synthetic task makes its own evaluation examples
+        if p.state == "done" or tasks.get(p.cfg.task.name).metric != "perplexity":  # examples of its own
             continue
         key = OmegaConf.to_yaml(OmegaConf.structured(p.cfg.data)) + p.cfg.cache_dir + p.cfg.eval.split
         if key not in sizes:
@@ -417,7 +417,7 @@ def _shape(d: dict[str, Any]) -> tuple:
     from pe_bench.config import eval_lengths
 
     m, data, t, e = d["model"], d["data"], d["train"], d["eval"]
-    task = d.get("task") or {"name": "lm"}
+    task = d.get("task") or {"name": tasks.DEFAULT}
     ecfg = SimpleNamespace(lengths=e.get("lengths"), ratios=e.get("ratios"))
     original = (d.get("finetune") or {}).get("original_seq_len")
     lengths = sorted(set(eval_lengths(ecfg, t["seq_len"])) | set(eval_lengths(ecfg, original) if original else ()))
@@ -426,7 +426,7 @@ def _shape(d: dict[str, Any]) -> tuple:
             t["steps"], t["batch_size"], t["seq_len"], t.get("grad_accum", 1), t.get("pose_target", 0),
             tuple(lengths), tuple(e.get("modes") or ()), e.get("max_tokens"), e.get("sliding_max_tokens"),
             e.get("stride"), e.get("variants"),
-            () if task.get("name", "lm") == "lm" else tuple(sorted(task.items())))
+            () if task.get("name", tasks.DEFAULT) == tasks.DEFAULT else tuple(sorted(task.items())))
 
 
 def _finished_runs(dirs: set[Path]) -> list[tuple[tuple, str, float, float, str, str]]:

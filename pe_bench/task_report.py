@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pe_bench import markdown
+from pe_bench import markdown, tasks
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS
 from pe_bench.config import Config, reference_length, run_lengths
 from pe_bench.report import STATUSES, UNLABELLED, config_identity, flatten, mixed_numerics, read_whole_csv
@@ -32,7 +32,7 @@ def is_task_run(run: Run) -> bool:
     """A run of a synthetic task (its config says so); unreadable configs count as not (the perplexity report names
     them)."""
     try:
-        return run.load_config().task.name != "lm"
+        return tasks.get(run.load_config().task.name).metric != "perplexity"
     except RunFileError:
         return False
 

@@ -1,6 +1,8 @@
-"""A new positional scheme is one file in pe_bench/schemes/ plus one YAML in configs/scheme/, and nothing else:
-written into a copy of the package, it is listed by `pe-bench schemes`, picked up by the conformance tests'
-parametrisation, trained, evaluated and reported with its plots, with no other edit."""
+"""A new positional scheme is one file in pe_bench/schemes/ plus one YAML in configs/scheme/, and a new task one file
+in pe_bench/tasks/ plus one YAML in configs/task/, and nothing else: written into a copy of the package, the scheme
+is listed by `pe-bench schemes`, picked up by the conformance tests' parametrisation, trained, evaluated and reported
+with its plots; the task is composed with its own option, trained, scored and reported with its plot, and every
+other run keeps its name."""
 
 from __future__ import annotations
 
@@ -43,19 +45,52 @@ class Tilt(Scheme):
         return (-self.options.slope * distance).expand(self.shape.n_heads, -1, -1).clone()
 '''
 YAML = "name: tilt\nslope: 0.25  # the penalty per token of distance\n"
+TASK = '''"""First: BOS a₁…a_k SEP a₁ — a random string, a separator, the string's first symbol."""
+
+from dataclasses import dataclass
+
+from pe_bench.ranges import ranged
+from pe_bench.tasks.base import BOS, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
+
+
+@dataclass
+class FirstOptions(SyntheticOptions):
+    alphabet: int = ranged(8, ge=2)
+
+
+class First(SyntheticTask):
+    name = "first"
+    description = "a random string, a separator, the string's first symbol"
+    Options = FirstOptions
+
+    @property
+    def vocab_size(self) -> int:
+        return SYMBOL0 + self.cfg.alphabet
+
+    def max_size(self, n: int) -> int:
+        return n - 2  # BOS + k + SEP + 1 = n + 1
+
+    def example(self, rng, size, depth, split):
+        string = SYMBOL0 + rng.integers(0, self.cfg.alphabet, size=size)
+        tokens = [BOS, *string, SEP, string[0]]
+        return tokens, [False] * (size + 2) + [True], string.astype("uint16").tobytes()
+'''
+TASK_YAML = "name: first\nalphabet: 8\n"
 TINY = ["train=smoke", "eval=smoke", "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "train.steps=4"]
 
 
 @pytest.fixture(scope="module")
 def copy_with_a_new_scheme(tmp_path_factory) -> Path:
-    """The package, its configs and tests copied, plus schemes/tilt.py and configs/scheme/tilt.yaml: the two files
-    a contributor adds."""
+    """The package, its configs and tests copied, plus schemes/tilt.py and configs/scheme/tilt.yaml, and
+    tasks/first.py and configs/task/first.yaml: the files a contributor adds."""
     root = tmp_path_factory.mktemp("checkout")
     for d in ("pe_bench", "configs", "tests"):
         shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     (root / "pe_bench" / "schemes" / "tilt.py").write_text(SCHEME)
     (root / "configs" / "scheme" / "tilt.yaml").write_text(YAML)
+    (root / "pe_bench" / "tasks" / "first.py").write_text(TASK)
+    (root / "configs" / "task" / "first.yaml").write_text(TASK_YAML)
     return root
 
 
@@ -93,3 +128,35 @@ def test_the_conformance_tests_take_a_new_scheme_with_no_other_edit(copy_with_a_
     # its YAML, causality at L and 8L, eval variants, finite at 8L, gradients, shift invariance of outputs and
     # scores, the options it was built with
     assert passed >= 9, r.stdout[-2000:]
+
+
+def test_a_new_task_is_composed_trained_scored_and_reported(copy_with_a_new_scheme):
+    root = copy_with_a_new_scheme
+    results = root / "results-task"
+    trained = run(root, "-m", "pe_bench", "train", "task=first", "task.alphabet=6", "scheme=alibi", *TINY,
+                  f"results_dir={results}", "--no-progress")
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    [run_dir] = (results / "runs").iterdir()
+    assert run_dir.name.startswith("first-alibi-tiny-L32-s0-")
+    rows = pd.read_csv(run_dir / "accuracy.csv")
+    assert set(rows["task"]) == {"first"} and (rows["status"] == "ok").all() and len(rows) >= 2
+    refused = run(root, "-m", "pe_bench", "train", "task=copy", "task.alphabet=6", "--cfg")
+    assert refused.returncode == 2
+    assert "task.alphabet=6 is not read by task=copy; it is an option of task=first" in refused.stderr
+    reported = run(root, "-m", "pe_bench", "report", str(results), "--out", str(root / "task-report"))
+    assert reported.returncode == 0, reported.stdout[-3000:] + reported.stderr[-3000:]
+    table = pd.read_csv(root / "task-report" / "accuracy_long.csv")
+    assert set(table["task"]) == {"first"}
+    assert (root / "task-report" / "accuracy_vs_length.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("overrides", [["scheme=rope"], ["task=copy"], ["task=passkey", "task.filler=text"],
+                                       ["task=assoc_recall", "scheme=t5"]])
+def test_a_new_task_and_its_option_leave_every_other_runs_name_alone(copy_with_a_new_scheme, overrides):
+    """The new task's option joins the flat table of task keys at its default; no other run's identity holds it."""
+    names = []
+    for root in (ROOT, copy_with_a_new_scheme):
+        shown = run(root, "-m", "pe_bench", "train", *overrides, "--cfg")
+        assert shown.returncode == 0, shown.stderr
+        names.append([line for line in shown.stdout.splitlines() if "runs/" in line])
+    assert names[0] and names[0] == names[1]

@@ -31,7 +31,8 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     from pe_bench.config import scheme_spec
     from pe_bench.device import resolve_device
     from pe_bench.config import reference_length, run_lengths
-    from pe_bench.experiment import check_eval_overrides, check_same_run, load_data
+    from pe_bench.data import load_data
+    from pe_bench.experiment import check_eval_overrides, check_same_run
     from pe_bench.train import load_trained
 
     check_eval_overrides(saved, cfg)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from pe_bench import tasks
 from pe_bench.cli.app import app, friendly, say
 from pe_bench.cli.output import print_run_table
 from pe_bench.config import ConfigError, apply_overrides, to_yaml
@@ -63,5 +64,6 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                               "it is (each row records its step)")
         check_same_run(run, saved)
         evaluate_run(run, cfg, trained=saved, progress=progress)
-    print_run_table(run.path, cfg.eval.split, saved.task.name)
-    say(f"updated {run.eval_csv if saved.task.name == 'lm' else run.accuracy_csv}")
+    metric = tasks.get(saved.task.name).metric
+    print_run_table(run.path, cfg.eval.split, metric)
+    say(f"updated {run.eval_csv if metric == 'perplexity' else run.accuracy_csv}")

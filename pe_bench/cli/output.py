@@ -36,11 +36,12 @@ def print_accuracy_tables(acc) -> None:
         console.print(table)
 
 
-def print_run_table(run_path: Path, split: str, task: str = "lm") -> None:
+def print_run_table(run_path: Path, split: str, metric: str = "perplexity") -> None:
+    """A finished run's table: perplexity by length (eval.csv), or a task's accuracy by length (accuracy.csv)."""
     from pe_bench.report import collect_all
     from pe_bench.runs import Run
 
-    if task != "lm":
+    if metric != "perplexity":
         from pe_bench.task_report import collect_accuracy
 
         acc = collect_accuracy([Run(run_path)])

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from pe_bench import tasks
 from pe_bench.cli.app import app, console, friendly, presets_help, say, warn
 from pe_bench.cli.output import print_tables, report_tasks, write_report
 from pe_bench.config import ConfigError
@@ -147,7 +148,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     left = sum(p.state in LEFT for p in points)  # diverged before, or an unreadable run directory: failures
     _print_summary(points, results)
     runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
-    task_runs = [p.run for p in points if p.cfg.task.name != "lm" and p.run in runs]
+    task_runs = [p.run for p in points if tasks.get(p.cfg.task.name).metric != "perplexity" and p.run in runs]
     if task_runs:
         report_tasks(task_runs, out, plots=True, title=title)
     runs = [r for r in runs if r not in task_runs]

@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pe_bench import schemes
+from pe_bench import schemes, tasks
 from pe_bench.config.schema import GROUPS, Config, config_dir, preset_names
 from pe_bench.config.typed import keys_hint, omegaconf_message, structured
 from pe_bench.config.validate import validate
@@ -38,8 +38,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     chosen = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
     if chosen.get("train") == "smoke" and "eval" not in chosen:
         overrides.append("eval=smoke")
-    if chosen.get("task", "lm") != "lm" and "train" not in chosen:
-        overrides.append("train=task")  # a synthetic task trains with its recipe (configs/train/task.yaml)
+    recipe = _task_recipe(chosen.get("task"))
+    if recipe and "train" not in chosen:
+        overrides.append(f"train={recipe}")  # a synthetic task trains with its recipe (configs/train/task.yaml)
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             raw = hydra_compose(config_name="config", overrides=overrides)
@@ -49,6 +50,15 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
         default = OmegaConf.load(config_dir() / "config.yaml").defaults[1].scheme
         raise ConfigError(_hydra_message(e, chosen.get("scheme", default))) from None
     return validate(raw, scheme=scheme)
+
+
+def _task_recipe(preset: str | None) -> str | None:
+    """The train preset a task preset's task brings (None: no task preset, or its task has no recipe of its own)."""
+    path = config_dir() / "task" / f"{preset}.yaml"
+    if preset is None or not path.is_file():
+        return None
+    name = OmegaConf.load(path).get("name", tasks.DEFAULT)
+    return tasks.get(name).recipe if name in tasks.names() else None
 
 
 def finetune_parent(overrides: list[str]) -> tuple[str, list[str]] | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pe_bench.ranges import ranged
+from pe_bench import tasks
 from pe_bench.tasks import TaskConfig
 
 
@@ -176,7 +177,7 @@ CHOICES = {
     "train.compile": ("auto", "on", "off"),
     "attention.backend": ("auto", "sdpa", "flex", "explicit"),
     "eval.split": ("train", "validation", "test"),
-    "task.name": ("lm", "passkey", "assoc_recall", "copy", "reverse", "addition"),
+    "task.name": tuple(tasks.names()),
     "task.train_lengths": ("uniform", "curriculum", "fixed"),
     "task.filler": ("random", "text"),
     "finetune.new_positions": ("extend", "interpolate"),

@@ -16,7 +16,8 @@ from pe_bench.config.scheme_options import check_scheme, check_scheme_name
 from pe_bench.config.typed import omegaconf_message, structured
 from pe_bench.errors import ConfigError
 from pe_bench.ranges import fmt, range_problem
-from pe_bench.tasks import TASK_READS, TaskConfig, check_lengths
+from pe_bench import tasks
+from pe_bench.tasks import TASK_READS, SyntheticTask, TaskConfig, check_lengths
 
 
 def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
@@ -75,7 +76,7 @@ def _check_relations(cfg: Config) -> None:
     if f.from_run is None and (f.parent or f.new_positions != FinetuneConfig().new_positions):
         raise ConfigError("finetune.* is set but there is no parent run: fine-tune with "
                           "`pe-bench finetune RUN_DIR ...` (or finetune.from_run=RUN_DIR)")
-    if cfg.task.name != "lm":
+    if issubclass(tasks.get(cfg.task.name), SyntheticTask):
         if cfg.eval.split != EvalConfig().split:
             raise ConfigError(f"eval.split={cfg.eval.split} is not read by task={cfg.task.name}: a task is evaluated "
                               "on its held-out examples, which belong to no data split; remove eval.split")
@@ -102,9 +103,9 @@ def _check_task_reads(t: TaskConfig) -> None:
         readers = [n for n, keys in TASK_READS.items() if f.name in keys]
         raise ConfigError(f"task.{f.name}={fmt(getattr(t, f.name))} is not read by task={t.name}; it is an option of "
                           f"{', '.join(f'task={n}' for n in readers)}")
-    if t.name == "passkey" and t.symbols != default.symbols and t.filler == "text":
-        raise ConfigError("task.symbols is not read by task.filler=text (the filler is the corpus's bytes); remove it "
-                          "or use task.filler=random")
+    problem = tasks.get(t.name).options_problem(tasks.options_of(t))
+    if problem:
+        raise ConfigError(problem)
 
 
 def _check_data_reads(d: DataConfig) -> None:

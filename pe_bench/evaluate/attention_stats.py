@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pe_bench.config import Config
-from pe_bench.config import reference_length, run_lengths
+from pe_bench import tasks
+from pe_bench.config import Config, reference_length, run_lengths
 from pe_bench.evaluate.perplexity import eval_positions
 from pe_bench.model.decoder import Decoder
 from pe_bench.runs import ANALYSIS_META, atomic_write_text, write_csv
@@ -135,7 +135,7 @@ def summary_lines(rows: list[dict], train_len: int) -> list[str]:
 
 
 def default_title(cfg: Config, label: str, longest: int) -> str:
-    what = cfg.data.name if cfg.task.name == "lm" else f"task {cfg.task.name}"
+    what = cfg.data.name if tasks.get(cfg.task.name).metric == "perplexity" else f"task {cfg.task.name}"
     return (f"{label} on {what}: attention by query position in {longest}-token inputs "
             f"(trained at L = {cfg.train.seq_len}; lines: heads)")
 

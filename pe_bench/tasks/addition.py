@@ -1,0 +1,41 @@
+"""Multi-digit addition (Kazemnejad et al. 2023): ``BOS a₁…a_m MARK b₁…b_m SEP c₁…c_{m+1}`` with operands of as many
+digits as the length holds; reverse_digits writes every number least-significant digit first (the known trick: each
+sum digit then depends on digits already seen)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
+
+
+@dataclass
+class AdditionOptions(SyntheticOptions):
+    reverse_digits: bool = True  # operands and sum least-significant digit first
+
+
+class Addition(SyntheticTask):
+    name = "addition"
+    description = "a + b = c, digits least-significant first by default"
+    citation = "Kazemnejad et al. 2023"
+    Options = AdditionOptions
+    length_step = 3
+
+    @property
+    def vocab_size(self) -> int:
+        return SYMBOL0
+
+    def max_size(self, n: int) -> int:
+        return (n - 3) // 3  # BOS + m + MARK + m + SEP + (m + 1) = n + 1
+
+    def example(self, rng, size, depth, split):
+        a, b = rng.integers(0, 10, size=size), rng.integers(0, 10, size=size)  # most-significant first
+        total = int("".join(map(str, a))) + int("".join(map(str, b)))
+        c = np.array([int(ch) for ch in str(total).zfill(size + 1)])
+        if self.cfg.reverse_digits:
+            a, b, c = a[::-1], b[::-1], c[::-1]
+        tokens = [BOS, *(DIGIT0 + a), MARK, *(DIGIT0 + b), SEP, *(DIGIT0 + c)]
+        answer = [False] * (2 * size + 3) + [True] * (size + 1)
+        return tokens, answer, np.concatenate([a, b]).astype(np.uint8).tobytes()

@@ -1,0 +1,41 @@
+"""Copy (Kazemnejad et al. 2023; Ruoss et al. 2023): ``BOS a₁…a_k SEP a₁…a_k`` — a random string, a separator, the
+string again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pe_bench.ranges import ranged
+from pe_bench.tasks.base import BOS, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
+
+
+@dataclass
+class CopyOptions(SyntheticOptions):
+    symbols: int = ranged(16, ge=2)  # the string alphabet
+
+
+class Copy(SyntheticTask):
+    name = "copy"
+    description = "a random string, a separator, the string again"
+    citation = "Kazemnejad et al. 2023; Ruoss et al. 2023"
+    Options = CopyOptions
+    length_step = 2
+
+    @property
+    def vocab_size(self) -> int:
+        return SYMBOL0 + self.cfg.symbols
+
+    def max_size(self, n: int) -> int:
+        return (n - 1) // 2  # BOS + k + SEP + k = n + 1
+
+    def answer_of(self, string: np.ndarray) -> np.ndarray:
+        return string
+
+    def example(self, rng, size, depth, split):
+        string = SYMBOL0 + rng.integers(0, self.cfg.symbols, size=size)
+        out = self.answer_of(string)
+        tokens = [BOS, *string, SEP, *out]
+        answer = [False] * (size + 2) + [True] * size
+        return tokens, answer, string.astype(np.uint16).tobytes()
