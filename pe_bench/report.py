@@ -120,11 +120,13 @@ def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass
 class Collected:
-    """Evaluation rows of many runs, each with the identity of its configuration, and what was left out."""
+    """Evaluation rows of many runs, each with the identity of its configuration, what was left out, and the meta.json
+    of each run read (by run name)."""
 
     df: pd.DataFrame
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Rows made elsewhere (tests, older files) without identity columns: one configuration per scheme label."""
@@ -198,7 +200,7 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others."""
     read = _read_runs(runs)
     if not read.frames:
-        return Collected(pd.DataFrame(), read.windows, read.left)
+        return Collected(pd.DataFrame(), read.windows, read.left, read.meta)
     df = pd.concat(read.frames, ignore_index=True)
     for c in NUMERIC:
         df[c] = pd.to_numeric(df[c])
@@ -219,7 +221,7 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         for name in sorted(set(df.loc[dup, "run"])):
             read.left.append(f"{name}: a second copy of a run already read; the first is used")
         df = df[~dup].reset_index(drop=True)
-    return Collected(_labelled(df, read), read.windows, read.left)
+    return Collected(_labelled(df, read), read.windows, read.left, read.meta)
 
 
 @dataclass
@@ -234,6 +236,7 @@ class _Read:
     flat: dict[str, dict[str, str]] = field(default_factory=dict)
     flat_scheme: dict[str, dict[str, str]] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _read_runs(runs: list[Run]) -> _Read:
@@ -251,6 +254,7 @@ def _read_runs(runs: list[Run]) -> _Read:
             read.left.append(str(e))
             continue
         read.windows.update(run_windows)
+        read.meta[run.path.name] = meta
         ident, config_id = config_identity(cfg, meta, mixed)
         group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
         read.tags[config_id] = finetune_tag(cfg)
@@ -677,7 +681,7 @@ def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split
     files written."""
     col = df if isinstance(df, Collected) else Collected(df)
     df = col.df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
-    col = Collected(df, col.windows, col.left_out)
+    col = Collected(df, col.windows, col.left_out, col.meta)
     # the fine-tuning columns only where there are fine-tunes (the long CSV of other reports stays as it was)
     fine_tunes = (df.get("ft_parent", pd.Series([], dtype=str)) != "").any()
     plain = df if fine_tunes else df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore")

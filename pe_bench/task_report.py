@@ -61,14 +61,16 @@ def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass
 class Accuracy:
-    """Accuracy rows of many task runs (columns of accuracy.csv plus run, config, label) and what was left out."""
+    """Accuracy rows of many task runs (columns of accuracy.csv plus run, config, label), what was left out, and the
+    meta.json of each run read (by run name)."""
 
     df: pd.DataFrame
     left_out: list[str] = field(default_factory=list)
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def collect_accuracy(runs: list[Run]) -> Accuracy:
-    frames, flat, left = [], {}, []
+    frames, flat, left, metas = [], {}, [], {}
     mixed = mixed_numerics(runs)
     for run in runs:
         try:
@@ -85,6 +87,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         except RunFileError as e:
             left.append(str(e))
             continue
+        metas[run.path.name] = meta
         ident, config_id = config_identity(cfg, meta, mixed)
         flat[config_id] = flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         d = pd.DataFrame(rows).reindex(columns=ACCURACY_COLUMNS)
@@ -92,7 +95,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         d["config"] = config_id
         frames.append(d)
     if not frames:
-        return Accuracy(pd.DataFrame(), left)
+        return Accuracy(pd.DataFrame(), left, metas)
     df = pd.concat(frames, ignore_index=True)
     for c in ("L_train", "L_eval", "seed", "examples"):
         df[c] = pd.to_numeric(df[c])
@@ -114,7 +117,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
             labels[(task, c)] = " · ".join(f"{k}={flat[c].get(k)}" for k in varying)
     df["label"] = [s + (f" · {labels[(t, c)]}" if labels[(t, c)] else "")
                    for s, t, c in zip(df["scheme"], df["task"], df["config"])]
-    return Accuracy(df, left)
+    return Accuracy(df, left, metas)
 
 
 def per_seed(df: pd.DataFrame, metric: str = "exact_match") -> pd.DataFrame:

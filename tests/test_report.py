@@ -73,9 +73,15 @@ def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tm
         assert r.exit_code == 0, r.output
         outs.append(tmp_path / name)
     files = sorted(p.name for p in outs[0].iterdir())
-    assert files == ["comparison.csv", "comparison.md", "eval_long.csv", "loss_vs_position.png",
+    assert files == ["README.md", "comparison.csv", "comparison.md", "eval_long.csv", "loss_vs_position.png",
                      "ppl_vs_length_nonoverlapping.png"]
     assert all((outs[0] / f).read_bytes() == (outs[1] / f).read_bytes() for f in files)
+    readme = (outs[0] / "README.md").read_text()
+    assert f"```bash\npe-bench report {results} --mode nonoverlapping\n```" in readme  # --out: this directory
+    assert "- 4 runs: 4 done\n" in readme and "| 4 | cpu" in readme
+    tables = (outs[0] / "comparison.md").read_text().split("\n", 1)[1].strip().replace("\n## ", "\n### ")
+    assert tables.replace("## Perplexity", "### Perplexity", 1) in readme
+    assert "![ppl_vs_length_nonoverlapping.png](ppl_vs_length_nonoverlapping.png)" in readme
     table = pd.read_csv(outs[0] / "comparison.csv")
     assert set(table["seeds"]) == {2} and table["32"].str.contains(" ± ").all()  # mean ± std over 2 seeds
     long = pd.read_csv(outs[0] / "eval_long.csv")

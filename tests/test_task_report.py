@@ -61,6 +61,9 @@ def test_report_averages_seeds_and_writes_tables_and_plots(results, tmp_path):
     assert len(passkey) == 1 and int(passkey["seeds"].iloc[0]) == 2  # two seeds, one row
     assert "±" in str(passkey["32"].iloc[0])
     assert "## copy: exact match" in (out / "accuracy.md").read_text()
+    readme = (out / "README.md").read_text()  # the report's own page: its command, runs, tables and figures
+    assert f"pe-bench report {results}\n" in readme and "- 3 runs: 3 done\n" in readme
+    assert "### copy: exact match" in readme and "![passkey_heatmap.png](passkey_heatmap.png)" in readme
 
 
 def test_diverged_unfinished_and_altered_runs_are_never_averaged_in(results, tmp_path):

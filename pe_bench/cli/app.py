@@ -99,6 +99,26 @@ def main_options(version: bool = typer.Option(False, "--version", callback=_vers
     """Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L."""
 
 
+def command_line(ctx: typer.Context, leave_out: tuple[str, ...] = ("out",)) -> str:
+    """The command being run as one would type it again: its arguments, and its options that differ from their
+    defaults but ``leave_out`` (by parameter name)."""
+    import shlex
+
+    words = ["pe-bench", ctx.info_name or ""]
+    for p in ctx.command.params:
+        value = ctx.params.get(p.name)
+        if p.param_type_name == "argument":
+            words += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if v is not None]
+        elif p.name not in leave_out and value not in (None, (), []) and value != p.default:
+            if getattr(p, "is_flag", False):
+                words.append(p.opts[0] if value else p.secondary_opts[0])
+            elif getattr(p, "multiple", False):
+                words += [w for v in value for w in (p.opts[0], str(v))]
+            else:
+                words += [p.opts[0], *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
+    return shlex.join(words)
+
+
 def _raised(e: BaseException, module: str, name: str) -> bool:
     """isinstance(e, module.name) without importing the module: an exception of a class from a module that was
     never imported cannot have been raised."""

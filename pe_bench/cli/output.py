@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -57,7 +59,7 @@ def print_run_table(run_path: Path, split: str, metric: str = "perplexity") -> N
         print_tables(col, split)
 
 
-def report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> None:
+def report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> Reported:
     """The accuracy tables and plots of task runs (left-out runs named): printed and written under ``out``."""
     from pe_bench.publish import write_accuracy_report
     from pe_bench.task_report import collect_accuracy
@@ -77,9 +79,11 @@ def report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> None
         warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
     for p in written:
         say(f"wrote {p}")
+    return Reported(written, _in_table(acc.meta, acc.df), acc.left_out)
 
 
-def write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> None:
+def write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> Reported:
+    """The perplexity tables and plots of ``df`` (a Collected), written under ``out``."""
     from pe_bench.publish import write_report
 
     try:
@@ -89,3 +93,29 @@ def write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool)
         warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
     for p in written:
         say(f"wrote {p}")
+    return Reported(written, _in_table(df.meta, df.df), df.left_out)
+
+
+@dataclass
+class Reported:
+    """What one part of a report wrote, the meta.json of the runs in its tables (by run name), and its left-out
+    lines."""
+
+    written: list[Path] = field(default_factory=list)
+    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+
+    def __add__(self, other: Reported) -> Reported:
+        return Reported(self.written + other.written, {**self.meta, **other.meta}, self.left_out + other.left_out)
+
+
+def _in_table(meta: dict[str, dict[str, Any]], df) -> dict[str, dict[str, Any]]:
+    shown = set(df["run"]) if not df.empty else set()
+    return {name: m for name, m in meta.items() if name in shown}
+
+
+def write_readme(out: Path, title: str, command: str, reported: Reported) -> None:
+    """README.md of the report directory ``out``: the command that wrote it, the runs, the tables and figures."""
+    from pe_bench.publish import write_readme
+
+    say(f"wrote {write_readme(out, title, command, reported.written, reported.meta, reported.left_out)}")

@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pe_bench.cli.app import app, console, friendly, warn
-from pe_bench.cli.output import print_tables, report_tasks, write_report
+from pe_bench.cli.app import app, command_line, console, friendly, warn
+from pe_bench.cli.output import Reported, print_tables, report_tasks, write_readme, write_report
 from pe_bench.config import ConfigError
 
 if TYPE_CHECKING:  # pandas and the report are imported when a report is made: help answers without them
@@ -42,7 +42,8 @@ def _find_runs(paths: list[str]) -> list[Path]:
 
 @app.command()
 @friendly
-def report(paths: list[str] = typer.Argument(..., help="Run directories, results directories, or globs."),
+def report(ctx: typer.Context,
+           paths: list[str] = typer.Argument(..., help="Run directories, results directories, or globs."),
            out: Path = typer.Option(Path("results/report"), help="Where tables and plots are written."),
            data: list[str] | None = typer.Option(None, help="Keep only these data presets (repeatable)."),
            model: list[str] | None = typer.Option(None, help="Keep only these model presets (repeatable)."),
@@ -59,8 +60,9 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
            ) -> None:
     """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (one row per configuration:
     mean ± std over seeds, a 95% interval, the number of seeds; bold: not distinguishable from the best),
-    ppl_vs_length_<mode>.png and loss_vs_position.png. Unreadable or unfinished run directories are left out, each
-    named. Same inputs, same bytes."""
+    ppl_vs_length_<mode>.png and loss_vs_position.png, and README.md (the command, the runs' time and environment,
+    the tables, the figures). Unreadable or unfinished run directories are left out, each named. Same inputs, same
+    bytes."""
     from pe_bench.report import collect_all, collect_positions
     from pe_bench.report import compare as paired
     from pe_bench.runs import Run
@@ -68,10 +70,12 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
 
     runs = [Run(p) for p in _find_runs(paths)]
     task_runs = [r for r in runs if is_task_run(r)]
+    reported = Reported()
     if task_runs:
-        report_tasks(task_runs, out, plots)
+        reported += report_tasks(task_runs, out, plots)
         runs = [r for r in runs if r not in task_runs]
         if not runs:
+            write_readme(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
             return
     col, pos = collect_all(runs), collect_positions(runs, unplotted := [])
     for line in col.left_out:
@@ -87,7 +91,9 @@ def report(paths: list[str] = typer.Argument(..., help="Run directories, results
         _print_comparison(paired(col, compare[0], compare[1], split, modes, partial), compare, split)
         return
     print_tables(col, split)
-    write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes, plots)
+    reported += write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes,
+                             plots)
+    write_readme(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
     if col.left_out:
         warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
                   f"{len(runs) - len(col.left_out)}")

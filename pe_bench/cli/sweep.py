@@ -12,7 +12,7 @@ from rich.table import Table
 
 from pe_bench import tasks
 from pe_bench.cli.app import app, console, friendly, presets_help, say, warn
-from pe_bench.cli.output import print_tables, report_tasks, write_report
+from pe_bench.cli.output import Reported, print_tables, report_tasks, write_readme, write_report
 from pe_bench.config import ConfigError
 
 
@@ -149,8 +149,9 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     _print_summary(points, results)
     runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
     task_runs = [p.run for p in points if tasks.get(p.cfg.task.name).metric != "perplexity" and p.run in runs]
+    reported = Reported()
     if task_runs:
-        report_tasks(task_runs, out, plots=True, title=title)
+        reported += report_tasks(task_runs, out, plots=True, title=title)
     runs = [r for r in runs if r not in task_runs]
     col = collect_all(runs, keep=_evaluated_here(points)) if runs else None
     for line in col.left_out if col is not None else []:
@@ -161,7 +162,9 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
             warn(f"left out of the plots: {line}")
         split = points[0].cfg.eval.split
         print_tables(col, split)
-        write_report(col, pos, out, title, split, MODES, plots=True)
+        reported += write_report(col, pos, out, title, split, MODES, plots=True)
+    if reported.written:
+        write_readme(out, title, title, reported)  # a sweep's title is its command
     counts = {k: sum(v == k for v in results.values()) for k in ("trained", "failed", "busy", "stopped")}
     counts["failed"] += left
     say(f"{len(points)} points: {counts['trained']} trained, {skipped} skipped (finished before), "
