@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pe_bench.report import Collected, row_names
+from pe_bench.report.collect import Collected
+from pe_bench.report.perplexity import row_names
 from pe_bench.schemes import catalog
 
 # Colours and markers for a scheme that pins none (chosen by a digest of its name): none is a pinned colour.
@@ -422,7 +423,7 @@ def _save(fig, path: Path) -> None:
 def accuracy_figure(df: pd.DataFrame, title: str = ""):
     """One panel per (task, L): exact match (%, mean over seeds, depths pooled; min–max band over seeds) vs eval
     length on a log2 axis, one line per row; cells without a number (n/a, diverged) are gaps."""
-    from pe_bench.task_report import per_seed
+    from pe_bench.report.accuracy import per_seed
 
     d = per_seed(df)
     d = d[d["status"] == "ok"]
@@ -525,7 +526,7 @@ def plot_extension(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker as mt
 
-    from pe_bench.extension import curve
+    from pe_bench.report.extension import curve
 
     if t.empty:
         return None

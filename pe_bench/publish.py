@@ -1,5 +1,4 @@
-"""A report directory written whole: the tables (pe_bench.report, .extension, .task_report,
-.evaluate.attention_stats) and, with matplotlib, the figures (pe_bench.plots). Tables and figures are written in a staging folder inside the output
+"""A report directory written whole: the tables (pe_bench.report, pe_bench.evaluate.attention_stats) and, with matplotlib, the figures (pe_bench.plots). Tables and figures are written in a staging folder inside the output
 directory and moved into place once all of them are written: a report that fails (disk full, a crash) leaves the
 previous one whole."""
 
@@ -15,11 +14,13 @@ import pandas as pd
 from pe_bench import markdown
 from pe_bench import plots as figures
 from pe_bench.evaluate.attention_stats import write_analysis_files
-from pe_bench.extension import extension_table, write_extension
-from pe_bench.report import MODES, Collected, replace_together, write_table_files
+from pe_bench.report.accuracy import write_accuracy_files
+from pe_bench.report.collect import Accuracy, Collected
+from pe_bench.report.extension import extension_table, write_extension
+from pe_bench.report.files import replace_together
+from pe_bench.report.perplexity import MODES, write_table_files
 from pe_bench.progress import duration
 from pe_bench.runs import atomic_write_text
-from pe_bench.task_report import Accuracy, write_accuracy_files
 
 
 def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",

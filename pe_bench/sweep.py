@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -495,3 +496,26 @@ def baseline_configs(sweep: SweepConfig, parent: Point) -> dict[str, Config]:
         raw.scheme = {**child.scheme, "eval_variants": []}
         out[name] = validate(raw)
     return out
+
+
+def evaluate_baselines(sweep: SweepConfig, parents: list[Point], say: Callable[[str], None]) -> None:
+    """Budget 0 of every method: each parent evaluated with the method's eval-time options and its fine-tunes'
+    evaluation settings (rows already there are kept: nothing is evaluated twice)."""
+    from pe_bench.experiment import evaluate_run
+    from pe_bench.runs import RunBusy
+
+    for parent in parents:
+        seen = set()
+        for name, cfg in baseline_configs(sweep, parent).items():
+            key = (str(cfg.scheme), str(cfg.eval))
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                with parent.run.lock():
+                    rows = evaluate_run(parent.run, cfg, only_missing=True, trained=parent.cfg, progress=False)
+            except RunBusy:
+                say(f"{parent.run.path.name} is busy: budget 0 of {name} is not evaluated now")
+                continue
+            if rows:
+                say(f"{parent.run.path.name}: evaluated {rows[0]['scheme']} (budget 0 of {name})")

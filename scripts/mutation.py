@@ -79,12 +79,15 @@ GROUPS = [
            "pe_bench.train.xǁHealthǁ*", "pe_bench.train.xǁDivergedǁ*"),
           ("-k", "diverg or finite or checkpoint or resum or refused or edited or other_data or crash")),
     Group("markdown", ("pe_bench/markdown.py",), ("tests/test_markdown.py", "tests/test_report_readers.py")),
-    Group("report", ("pe_bench/report.py",), ("tests/test_report_readers.py", "tests/test_report.py"),
-          tuple(f"pe_bench.report.x_{f}__mutmut_*" for f in (
-              "_diverged_rows", "config_identity", "mixed_numerics", "_read_run", "_run_frame", "collect_all",
-              "_read_runs", "_labelled",
-              "read_windows", "window_key", "recomputed_ppl", "agrees", "check_against_windows", "_cell_windows",
-              "comparison", "row_names", "_cell_stats", "best_marks", "_paired", "compare", "_compared", "_mark")),
+    Group("report", ("pe_bench/report/collect.py", "pe_bench/report/labels.py", "pe_bench/report/files.py",
+                     "pe_bench/report/perplexity.py"), ("tests/test_report_readers.py", "tests/test_report.py"),
+          tuple(f"pe_bench.report.{m}.x_{f}__mutmut_*" for m, fs in (
+              ("collect", ("_diverged_rows", "_eval_rows", "_run_frame", "collect_all", "_read_runs", "_readable",
+                           "_without_copies", "_eval_frame")),
+              ("labels", ("config_identity", "mixed_numerics", "labelled")),
+              ("files", ("read_windows", "window_key", "recomputed_ppl", "agrees", "check_against_windows")),
+              ("perplexity", ("_cell_windows", "comparison", "row_names", "_cell_stats", "best_marks", "_paired",
+                              "compare", "_compared", "_mark"))) for f in fs),
           ("-k", "not two_processes")),  # the same report from two processes: a subprocess, seen by no mutant
     Group("schemes", ("pe_bench/schemes/*.py",), SCHEME_TESTS),
 ]

@@ -314,7 +314,8 @@ def test_a_string_setting_in_a_label_is_one_quoted_line_in_markdown_and_csv(tmp_
 def test_a_report_that_fails_half_way_leaves_the_previous_one_whole(tmp_path, monkeypatch):
     import errno
 
-    from pe_bench import publish, report
+    from pe_bench import publish
+    from pe_bench.report import perplexity as report  # where the report's tables are written
 
     rows = pd.DataFrame([{"run": "a-0", "scheme": "alibi", "L_train": 64, "L_eval": n, "mode": "nonoverlapping",
                           "split": "validation", "stride": n, "ppl": 9.0 + n / 64, "seed": 0, "status": "ok",
@@ -405,7 +406,7 @@ def test_an_unfinished_runs_rows_are_left_out_unless_they_come_from_eval_partial
 def test_a_report_on_a_full_disk_is_one_line_exit_1_and_the_previous_report_stands(results, monkeypatch):
     import errno
 
-    from pe_bench import report
+    from pe_bench.report import perplexity as report  # where the report's tables are written
 
     out = results.parent / "rep"
     assert invoke("report", results, "--out", out, "--no-plots").exit_code == 0
@@ -473,7 +474,8 @@ KEYS = ("scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", 
 def test_a_diverged_runs_rows_stand_exactly_where_its_evaluation_rows_would(trained, prefix):
     """The 'diverged' rows of a run are keyed like the rows its evaluation writes (every length, both modes, the
     same strides, S and budgets), carry no number, and name the step training diverged at."""
-    from pe_bench.report import _diverged_rows, read_eval_rows
+    from pe_bench.report import read_eval_rows
+    from pe_bench.report.collect import _diverged_rows
 
     run = Run(run_named(trained[0], prefix))
     meta = run.meta()
@@ -494,7 +496,7 @@ def test_a_diverged_run_says_diverged_under_the_label_of_each_of_its_eval_time_v
     import yaml
 
     from pe_bench.config import config_dir
-    from pe_bench.report import _diverged_rows
+    from pe_bench.report.collect import _diverged_rows
 
     run = Run(run_named(trained[0], "rope"))
     cfg = run.load_config()
@@ -518,7 +520,7 @@ def test_a_diverged_runs_length_ratios_are_rounded_like_its_evaluation_rows():
     from pe_bench.build import build_model
     from pe_bench.config import compose
     from pe_bench.evaluate.perplexity import evaluate
-    from pe_bench.report import _diverged_rows
+    from pe_bench.report.collect import _diverged_rows
 
     cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=48", "eval=smoke",
                    "eval.lengths=[48,100]", "eval.stride=24"])
@@ -555,7 +557,8 @@ def test_runs_made_with_other_numerics_are_rows_of_their_own_labelled_by_them(re
 def test_a_diverged_run_gives_diverged_rows_beside_the_rows_its_eval_csv_holds(results):
     """A run whose meta.json says diverged: 'diverged' rows at every length and mode (and, with an eval.csv, the rows
     it holds beside them); without an eval.csv it is not left out — its cells say 'diverged'."""
-    from pe_bench.report import _diverged_rows, read_eval_rows
+    from pe_bench.report import read_eval_rows
+    from pe_bench.report.collect import _diverged_rows
 
     rope = run_named(results, "rope")
     meta = json.loads((rope / "meta.json").read_text())

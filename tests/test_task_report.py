@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from pe_bench.cli import app
 from pe_bench.runs import Run
-from pe_bench.task_report import accuracy_table, collect_accuracy
+from pe_bench.report import collect_accuracy
+from pe_bench.report.accuracy import accuracy_table
 
 runner = CliRunner()
 TINY = ["train=smoke", "model.n_layers=2", "model.d_model=32", "model.n_heads=2", "eval.variants=false",

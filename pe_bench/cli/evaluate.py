@@ -64,6 +64,5 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                               "it is (each row records its step)")
         check_same_run(run, saved)
         evaluate_run(run, cfg, trained=saved, progress=progress)
-    metric = tasks.get(saved.task.name).metric
-    print_run_table(run.path, cfg.eval.split, metric)
-    say(f"updated {run.eval_csv if metric == 'perplexity' else run.accuracy_csv}")
+    print_run_table(run.path, cfg.eval.split)
+    say(f"updated {run.eval_csv if tasks.get(saved.task.name).metric == 'perplexity' else run.accuracy_csv}")

@@ -25,7 +25,7 @@ def print_tables(df, split: str) -> None:
 
 def print_accuracy_tables(acc) -> None:
     """acc: a task_report.Accuracy — exact-match tables, one per task."""
-    from pe_bench.task_report import accuracy_table
+    from pe_bench.report.accuracy import accuracy_table
 
     for task in sorted(acc.df["task"].unique()):
         t = accuracy_table(acc.df, task)
@@ -38,40 +38,32 @@ def print_accuracy_tables(acc) -> None:
         console.print(table)
 
 
-def print_run_table(run_path: Path, split: str, metric: str = "perplexity") -> None:
+def print_run_table(run_path: Path, split: str) -> None:
     """A finished run's table: perplexity by length (eval.csv), or a task's accuracy by length (accuracy.csv)."""
-    from pe_bench.report import collect_all
+    from pe_bench.report import collect_runs
     from pe_bench.runs import Run
 
-    if metric != "perplexity":
-        from pe_bench.task_report import collect_accuracy
-
-        acc = collect_accuracy([Run(run_path)])
-        for line in acc.left_out:
-            warn(f"left out: {line}")
-        if not acc.df.empty:
-            print_accuracy_tables(acc)
-        return
-    col = collect_all([Run(run_path)])
-    for line in col.left_out:
+    got = collect_runs([Run(run_path)])
+    for line in got.left_out:
         warn(f"left out: {line}")
-    if not col.df.empty:
-        print_tables(col, split)
+    if not got.accuracy.df.empty:
+        print_accuracy_tables(got.accuracy)
+    if not got.perplexity.df.empty:
+        print_tables(got.perplexity, split)
 
 
-def report_tasks(runs, out: Path, plots: bool, title: str | None = None) -> Reported:
-    """The accuracy tables and plots of task runs (left-out runs named): printed and written under ``out``."""
+def report_tasks(acc, runs: int, out: Path, plots: bool, title: str | None = None) -> Reported:
+    """The accuracy tables and plots of ``runs`` task runs collected in ``acc`` (left-out runs named): printed and
+    written under ``out``."""
     from pe_bench.publish import write_accuracy_report
-    from pe_bench.task_report import collect_accuracy
 
-    acc = collect_accuracy(runs)
     for line in acc.left_out:
         warn(f"left out: {line}")
     if acc.df.empty:
-        raise ConfigError(f"no usable accuracy rows in {len(runs)} task run directories ({len(acc.left_out)} left "
+        raise ConfigError(f"no usable accuracy rows in {runs} task run directories ({len(acc.left_out)} left "
                           "out, above)")
     print_accuracy_tables(acc)
-    title = title or f"pe-bench report: {len(runs) - len(acc.left_out)} task runs"
+    title = title or f"pe-bench report: {runs - len(acc.left_out)} task runs"
     try:
         written = write_accuracy_report(acc, out, title, plots)
     except ImportError:

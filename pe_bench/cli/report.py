@@ -63,21 +63,19 @@ def report(ctx: typer.Context,
     ppl_vs_length_<mode>.png and loss_vs_position.png, and README.md (the command, the runs' time and environment,
     the tables, the figures). Unreadable or unfinished run directories are left out, each named. Same inputs, same
     bytes."""
-    from pe_bench.report import collect_all, collect_positions
+    from pe_bench.report import collect_positions, collect_runs
     from pe_bench.report import compare as paired
     from pe_bench.runs import Run
-    from pe_bench.task_report import is_task_run
 
-    runs = [Run(p) for p in _find_runs(paths)]
-    task_runs = [r for r in runs if is_task_run(r)]
+    got = collect_runs([Run(p) for p in _find_runs(paths)])
     reported = Reported()
-    if task_runs:
-        reported += report_tasks(task_runs, out, plots)
-        runs = [r for r in runs if r not in task_runs]
-        if not runs:
+    if got.runs["accuracy"]:
+        reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots)
+        if not got.runs["perplexity"]:
             write_readme(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
             return
-    col, pos = collect_all(runs), collect_positions(runs, unplotted := [])
+    runs = got.runs["perplexity"]
+    col, pos = got.perplexity, collect_positions(runs, unplotted := [])
     for line in col.left_out:
         warn(f"left out: {line}")
     for line in unplotted:

@@ -10,7 +10,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pe_bench import tasks
 from pe_bench.cli.app import app, console, friendly, presets_help, say, warn
 from pe_bench.cli.output import Reported, print_tables, report_tasks, write_readme, write_report
 from pe_bench.config import ConfigError
@@ -65,8 +64,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     if results is None:  # a dry run, or handed to a scheduler: the next `pe-bench sweep` (or `pe-bench report`) goes on
         return
     if sw.extension is not None:  # the fine-tuning stage, from the parents that are finished
-        from pe_bench.extension import evaluate_baselines
-        from pe_bench.sweep import finetune_points, inspect
+        from pe_bench.sweep import evaluate_baselines, finetune_points, inspect
 
         parents = [p for p in map(inspect, points) if p.state == "done"]
         if len(parents) < len(points):
@@ -140,20 +138,20 @@ def _print_plan(points, name: str) -> None:
 
 def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
     """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
-    from pe_bench.report import MODES, collect_all, collect_positions
+    from pe_bench.report import MODES, collect_positions, collect_runs
     from pe_bench.sweep import BUSY, LEFT
 
     skipped = sum(p.state == "done" for p in points)  # as planned, before the states are read again
     busy = sum(p.state in BUSY for p in points)
     left = sum(p.state in LEFT for p in points)  # diverged before, or an unreadable run directory: failures
     _print_summary(points, results)
-    runs = [p.run for p in points if p.state == "done" or p.state == "diverged"]
-    task_runs = [p.run for p in points if tasks.get(p.cfg.task.name).metric != "perplexity" and p.run in runs]
+    got = collect_runs([p.run for p in points if p.state == "done" or p.state == "diverged"],
+                       keep=_evaluated_here(points))
     reported = Reported()
-    if task_runs:
-        reported += report_tasks(task_runs, out, plots=True, title=title)
-    runs = [r for r in runs if r not in task_runs]
-    col = collect_all(runs, keep=_evaluated_here(points)) if runs else None
+    if got.runs["accuracy"]:
+        reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots=True, title=title)
+    runs = got.runs["perplexity"]
+    col = got.perplexity if runs else None
     for line in col.left_out if col is not None else []:
         warn(f"left out of the report: {line}")
     if col is not None and not col.df.empty:

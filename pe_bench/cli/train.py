@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 
-from pe_bench import tasks
 from pe_bench.cli.app import OVERRIDES_HELP, app, friendly, presets_help, say, warn
 from pe_bench.cli.output import print_run_table
 from pe_bench.config import to_yaml
@@ -63,7 +62,7 @@ def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
     run = run_one(cfg, progress=progress)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports for the run
         return
-    print_run_table(run.path, cfg.eval.split, tasks.get(cfg.task.name).metric)
+    print_run_table(run.path, cfg.eval.split)
     meta = run.meta()
     say(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train)")
 

@@ -8,39 +8,15 @@ so the curve starts where the eval-time table stops; ``rope @512`` at budget 0 i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from pe_bench import markdown
-from pe_bench.report import STATUS_CELL, Collected
+from pe_bench.report.collect import Collected
+from pe_bench.report.files import STATUS_CELL
 from pe_bench.runs import atomic_write_text
-
-
-def evaluate_baselines(sweep, parents: list, say: Callable[[str], None]) -> None:
-    """Budget 0 of every method: each parent evaluated with the method's eval-time options and its fine-tunes'
-    evaluation settings (rows already there are kept: nothing is evaluated twice)."""
-    from pe_bench.experiment import evaluate_run
-    from pe_bench.runs import RunBusy
-    from pe_bench.sweep import baseline_configs
-
-    for parent in parents:
-        seen = set()
-        for name, cfg in baseline_configs(sweep, parent).items():
-            key = (str(cfg.scheme), str(cfg.eval))
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                with parent.run.lock():
-                    rows = evaluate_run(parent.run, cfg, only_missing=True, trained=parent.cfg, progress=False)
-            except RunBusy:
-                say(f"{parent.run.path.name} is busy: budget 0 of {name} is not evaluated now")
-                continue
-            if rows:
-                say(f"{parent.run.path.name}: evaluated {rows[0]['scheme']} (budget 0 of {name})")
 
 
 def extension_table(col: Collected, mode: str = "nonoverlapping", split: str = "validation") -> pd.DataFrame:

@@ -1,0 +1,167 @@
+"""The files pe-bench writes into a run directory, read back whole: eval.csv, accuracy.csv, windows.csv and
+positions.csv with their required columns, statuses and checksums (a file that cannot be read whole is a
+RunFileError naming it, never used in part), and a report directory replaced all at once."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pe_bench.runs import Run, RunFileError
+
+NUMERIC = ("L_train", "L_eval", "stride", "tokens_scored", "seed")
+REQUIRED = ("scheme", "split", "L_train", "L_eval", "mode", "stride", "ppl", "tokens_scored", "seed", "status")
+STATUSES = ("ok", "not_applicable", "nonfinite", "diverged")
+STATUS_CELL = {"diverged": "diverged", "nonfinite": "nan", "not_applicable": "n/a"}  # worst first
+ACCURACY_REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples", "seed",
+            "status")
+WINDOW_REQUIRED = ("scheme", "split", "L_eval", "mode", "stride", "budget", "step", "tokens_scored", "window", "nll",
+                   "tokens")
+# A window's row is keyed like its eval.csv row (EVAL_KEY): the span scored is part of the key, so two evaluations of
+# one length with other length sets (other spans) never pool their windows.
+WINDOW_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "tokens_scored")
+NOT_A_NUMBER = {"nan", "inf", "-inf", "+inf"}  # what a non-finite loss is written as
+POSITION_NUMERIC = ("L_train", "L_eval", "pos_start", "pos_end", "tokens", "seed")
+POSITION_REQUIRED = ("scheme", "split", "L_train", "L_eval", "pos_start", "pos_end", "loss", "tokens", "seed")
+
+
+def read_whole_csv(path: Path, checksum: str | None, required: tuple[str, ...],
+                   allow_empty: bool = False) -> tuple[list[dict[str, str]], list[str]]:
+    """(rows, columns) of a run's CSV, checked whole: unreadable, binary, header-only, missing a required column, or
+    altered (its sha256 differs from ``checksum``, recorded in meta.json) → a RunFileError naming the file."""
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunFileError(f"{path} is unreadable or not text ({type(e).__name__})") from None
+    if "\x00" in text:
+        raise RunFileError(f"{path} is binary, not a CSV")
+    if checksum and hashlib.sha256(raw).hexdigest() != checksum:
+        raise RunFileError(f"{path} does not match the checksum pe-bench recorded in meta.json (truncated or "
+                           "edited); re-evaluate the run with `pe-bench eval`")
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing:
+        raise RunFileError(f"{path} lacks the columns {', '.join(missing)} (not a pe-bench {path.name}, or cut "
+                           "short)")
+    rows = list(reader)
+    if not rows and not allow_empty:
+        raise RunFileError(f"{path} has a header and no rows")
+    return rows, list(reader.fieldnames or [])
+
+
+def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
+    """A run's eval.csv, checked whole: an unreadable, binary, header-only, truncated or altered file (its
+    checksum in meta.json differs) is a RunFileError naming it — its rows are never used in part."""
+    path = run.eval_csv
+    rows, columns = read_whole_csv(path, meta.get("eval_csv_sha256"), REQUIRED)
+    for i, r in enumerate(rows, 2):
+        if None in r or any(r.get(c) is None for c in columns):
+            raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
+        if r["status"] not in STATUSES:
+            raise RunFileError(f"{path} line {i} has status {r['status']!r}, not one of {', '.join(STATUSES)}")
+        try:
+            [int(float(r[c])) for c in NUMERIC]
+            float(r["ppl"] or "nan")
+            if r.get("step") not in (None, "", "None"):
+                int(r["step"])
+        except (ValueError, OverflowError):
+            raise RunFileError(f"{path} line {i} holds a value that is not a number") from None
+    return rows
+
+
+def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
+    """A run's accuracy.csv, checked whole (as :func:`read_eval_rows`): never used in part."""
+    path = run.accuracy_csv
+    rows, _ = read_whole_csv(path, meta.get("accuracy_csv_sha256"), ACCURACY_REQUIRED)
+    for i, r in enumerate(rows, 2):
+        if None in r or r["status"] not in STATUSES:
+            raise RunFileError(f"{path} line {i} is malformed (truncated or edited)")
+    return rows
+
+
+def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Per-window losses of a run: (run name, *WINDOW_KEY values) → (nll, tokens) in window order, for every key
+    whose windows are finite (a variant that overflowed has none; the other keys keep theirs). A file that cannot
+    be read whole — unparseable, cut short, windows that do not add up to the tokens they say they scored — is a
+    RunFileError naming it."""
+    path = run.path / "windows.csv"
+    if not path.exists():
+        return {}
+    rows, columns = read_whole_csv(path, None, WINDOW_REQUIRED)
+    for i, r in enumerate(rows, 2):  # a field too many or too few: csv gives it the key None or the value None
+        if None in r or any(v is None for v in r.values()):
+            raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
+    w = pd.DataFrame(rows, columns=columns, dtype=str)
+    for c in ("S", "precision"):
+        if c not in w:
+            w[c] = ""
+    numbers = {c: pd.to_numeric(w[c], errors="coerce") for c in ("nll", "tokens", "window")}
+    for c, v in numbers.items():
+        bad = v.isna() & ~w[c].str.strip().str.lower().isin(NOT_A_NUMBER)
+        if bad.any():
+            line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+            raise RunFileError(f"{path} line {line} holds a {c} that is not a number: {w[c][bad].iloc[0]!r}")
+    w = w.assign(**numbers)
+    out = {}
+    for key, g in w.groupby(list(WINDOW_KEY), sort=False):
+        g = g.sort_values("window")
+        nll, tokens = g["nll"].to_numpy(float), g["tokens"].to_numpy(float)
+        if not (np.isfinite(nll).all() and np.isfinite(tokens).all()):
+            continue  # that variant's rows are 'nan' already: no interval to give
+        if str(int(tokens.sum())) != key[-1]:
+            raise RunFileError(f"{path}: the windows of {key[0]} at {key[2]} tokens ({key[3]}) add up to "
+                               f"{int(tokens.sum())} tokens, not the {key[-1]} they say they scored (edited or "
+                               "mixed up); re-evaluate the run with `pe-bench eval`")
+        out[(run.path.name, *key)] = (nll, tokens)
+    return out
+
+
+def window_key(run: str, r: Any) -> tuple:
+    """The :func:`read_windows` key of an eval row (a dict or a namedtuple of the collected table)."""
+    get = r.get if isinstance(r, dict) else lambda c: getattr(r, c)
+    return (run, *(str(int(float(get(c)))) if c in ("L_eval", "stride", "tokens_scored") else str(get(c))
+                   for c in WINDOW_KEY))
+
+
+def recomputed_ppl(w: tuple[np.ndarray, np.ndarray]) -> float:
+    return float(np.exp(w[0].sum() / w[1].sum()))
+
+
+def agrees(w: tuple[np.ndarray, np.ndarray], ppl: float) -> bool:
+    """Whether per-window losses recompute a row's perplexity (as written: 4 decimals; window nll: 6)."""
+    return abs(recomputed_ppl(w) - ppl) <= 1e-4 + 1e-5 * ppl
+
+
+def check_against_windows(run: Run, rows: pd.DataFrame, windows: dict[tuple, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Refuse a run whose eval.csv says another number than its own windows.csv recomputes (edited by hand)."""
+    for r in rows[rows["status"] == "ok"].itertuples():
+        w = windows.get(window_key(run.path.name, r))
+        if w is not None and not agrees(w, float(r.ppl)):
+            raise RunFileError(f"{run.eval_csv}: {r.scheme} at {r.L_eval} tokens ({r.mode}) says perplexity "
+                               f"{float(r.ppl):g}, its windows.csv recomputes {recomputed_ppl(w):.4f} (edited or "
+                               "stale); re-evaluate the run with `pe-bench eval`")
+
+
+def replace_together(out: Path, write: Callable[[Path], list[Path]]) -> list[Path]:
+    """``write(staging)`` writes a report's files into a staging folder inside ``out``; once all are written they
+    are moved into ``out`` (a rename each: no space needed). Any failure leaves ``out`` as it was."""
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        written = write(staging)
+        for p in written:
+            os.replace(p, out / p.name)
+        return [out / p.name for p in written]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,282 @@
+"""Perplexity tables: one row per configuration (rows: scheme label; columns: eval length), mean ± std over seeds
+with a 95 % interval, the rows not distinguishable from the best in bold, paired comparisons (``--compare A B``), as
+CSV, markdown and rich."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.markup import escape
+from rich.table import Table
+
+from pe_bench import markdown, stats
+from pe_bench.config import ConfigError
+from pe_bench.report.collect import FINETUNE_COLUMNS, Collected
+from pe_bench.report.files import STATUS_CELL, window_key
+from pe_bench.runs import atomic_write_text
+
+MODES = ("nonoverlapping", "sliding")
+
+
+def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+    """seed → per-window (nll, tokens) for the rows of one table cell; None if any seed lacks them (rows whose
+    windows disagree never get here: :func:`collect_all` leaves their run out)."""
+    out = {}
+    for r in rows.itertuples():
+        w = col.windows.get(window_key(r.run, r))
+        if w is None:
+            return None
+        out[int(r.seed)] = w
+    return out
+
+
+def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation") -> pd.DataFrame:
+    """Perplexity table for one mode: index (row label, L_train), one column per eval length.
+
+    A row is one configuration (its label names the keys that differ between rows); its cells are the mean over
+    seed replicas, '± std' with several seeds, and a 95% interval: over seeds (t) with ≥ 2, else a bootstrap over the
+    evaluation windows (column 'interval' says which). 'diverged' or 'nan' where a replica did not give a finite
+    number (never averaged in), 'n/a' where the scheme cannot run at that length, '—' where not evaluated.
+    'longest/L' is the ratio of the mean perplexity at the longest length to the one at L; 'seeds' counts replicas.
+    Cells not distinguishable from the best of their length (paired test, :func:`best_marks`) are in ``.attrs``."""
+    col = df if isinstance(df, Collected) else Collected(df)
+    d = col.df
+    if d.empty:
+        return pd.DataFrame()
+    d = d[(d["mode"] == mode) & (d["split"] == split)]
+    if d.empty:
+        return pd.DataFrame()
+    lengths = sorted(int(x) for x in d["L_eval"].unique())
+    d = d.assign(row=row_names(d))
+    rows, index, stats = [], [], {}
+    for name, L in dict.fromkeys(zip(d["row"], d["L_train"])):
+        r = d[(d["row"] == name) & (d["L_train"] == L)]
+        cells, means, kinds = {}, {}, set()
+        for n in lengths:
+            c = r[r["L_eval"] == n]
+            text, mean, kind = _cell_stats(col, c)
+            cells[str(n)] = text
+            means[n] = mean
+            if kind:
+                kinds.add(kind)
+            stats[(name, int(L), n)] = (mean, c)
+        base, last = means.get(int(L), float("nan")), means[lengths[-1]]
+        broken = [cells[k] for k in (str(L), str(lengths[-1])) if cells.get(k) in ("diverged", "nan")]
+        cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last)
+                              else round(float(last / base), 3))
+        cells["seeds"] = int(r["seed"].nunique())
+        cells["interval"] = " / ".join(sorted(kinds)) or "—"
+        rows.append(cells)
+        index.append((name, int(L)))
+    t = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
+    t.attrs["best"] = best_marks(col, stats, lengths)
+    return t
+
+
+def row_names(d: pd.DataFrame) -> list[str]:
+    """The table row of each eval row: its label, plus the evaluation settings (sliding stride S, token budget,
+    precision) that differ within its configuration — rows of other settings are never averaged together."""
+    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S", "precision")}
+    return [label + (f" · S={S}" if varies["S"] else "") + (f" · tokens={budget}" if varies["budget"] else "")
+            + (f" · {prec or 'precision ?'}" if varies["precision"] else "")
+            for label, budget, S, prec in zip(d["label"], d["budget"], d["S"], d["precision"])]
+
+
+def _cell_stats(col: Collected, c: pd.DataFrame) -> tuple[str | float, float, str]:
+    """(cell text, mean perplexity or NaN, interval method) for the rows of one cell (one row per seed)."""
+    if c.empty:
+        return "—", float("nan"), ""
+    for status, word in STATUS_CELL.items():
+        if (c["status"] == status).any():
+            return word, float("nan"), ""
+    values = c["ppl"].to_numpy(float)
+    mean = float(values.mean())
+    text = f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} ± {float(values.std(ddof=1)):.3f}"
+    try:
+        if len(values) >= 2:
+            iv = stats.seed_interval(values)
+        else:
+            w = _cell_windows(col, c)
+            if w is None:
+                return (round(mean, 3) if len(values) == 1 else text), mean, ""
+            iv = stats.ppl_interval(list(w.values()), n_boot=BOOTSTRAP)
+    except ValueError:
+        return text, mean, ""
+    kind = f"t, {len(values)} seeds" if len(values) >= 2 else "bootstrap, windows"
+    return f"{text} [{iv.lo:.3f}, {iv.hi:.3f}]", mean, kind
+
+
+BOOTSTRAP = 1000  # resamples per interval: the 2.5/97.5 percentiles move by < 0.1% of the perplexity beyond this
+
+
+def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[tuple[str, int, int]]:
+    """Cells (row, L, length) not distinguishable from the best of their table group at that length: the lowest mean,
+    and every row whose paired 95% interval of the difference to it contains zero (same windows, same seeds)."""
+    marks: set[tuple[str, int, int]] = set()
+    for n in lengths:
+        by_group: dict[tuple, list] = {}
+        for (name, L, m), (mean, c) in stats_by_cell.items():
+            if m == n and not pd.isna(mean):
+                key = (c["group"].iloc[0], L, c["budget"].iloc[0], c["S"].iloc[0], c["precision"].iloc[0],
+                       c["tokens_scored"].iloc[0])  # rows compete only on the same windows
+                by_group.setdefault(key, []).append((mean, name, L, c))
+        for members in by_group.values():
+            members.sort(key=lambda x: x[0])
+            best_mean, best_name, best_L, best_rows = members[0]
+            tests = [(name, L, _paired(col, c, best_rows)) for mean, name, L, c in members[1:]]
+            if any(p is None for _, _, p in tests):
+                continue  # a row without per-window losses cannot be tested: no claim about this group
+            marks.add((best_name, best_L, n))
+            marks |= {(name, L, n) for name, L, p in tests if not p.excludes_zero}
+    return marks
+
+
+def _paired(col: Collected, ra: pd.DataFrame, rb: pd.DataFrame) -> stats.Paired | None:
+    """The paired difference of two cells' perplexities (rows: one per seed), or None without per-window losses
+    for every seed or on different windows."""
+    wa, wb = _cell_windows(col, ra), _cell_windows(col, rb)
+    if wa is None or wb is None:
+        return None
+    try:
+        return stats.paired_difference(wa, wb, n_boot=BOOTSTRAP)
+    except ValueError:
+        return None
+
+
+def compare(col: Collected, a: str, b: str, split: str = "validation",
+            modes: tuple[str, ...] | list[str] = MODES, partial: bool = False) -> pd.DataFrame:
+    """Paired difference ppl(a) − ppl(b) at each mode and eval length, for every configuration group that has both
+    schemes (rows matched by their scheme label): the same windows and seeds on both sides, a 95% interval over
+    seeds (≥ 2 paired seeds) or a paired bootstrap over windows, and whether it excludes zero. Rows of a --partial
+    evaluation (an unfinished run's step) are compared only with ``partial``. What was not compared, and why, is
+    in ``.attrs["left_out"]`` (one line per configuration and reason)."""
+    for missing in (x for x in (a, b) if x not in set(col.df["scheme"])):
+        raise ConfigError(f"--compare: no rows for scheme {missing!r}; rows here: "
+                          f"{', '.join(sorted(set(col.df['scheme'])))}")
+    d = col.df[(col.df["split"] == split) & col.df["mode"].isin(modes) & col.df["scheme"].isin([a, b])]
+    out, why = [], {}
+    settings = ["mode", "group", "L_train", "L_eval", "budget", "S", "precision", "step", "tokens_scored"]
+    for (mode, *_), g in d.groupby(settings, sort=True):
+        row, reason = _compared(col, g, a, b, partial)
+        if row is None:
+            label = g["label"].iloc[0].replace(g["scheme"].iloc[0], "", 1).lstrip(" ·") or "-"
+            why.setdefault((label, reason), []).append(f"{mode} {int(g['L_eval'].iloc[0])}")
+        else:
+            out.append({"mode": mode, **row})
+    left = [f"{a} vs {b} ({label}) at {', '.join(cells)}: {reason}" for (label, reason), cells in why.items()]
+    if not out:
+        raise ConfigError(f"--compare {a} {b}: nothing to compare; " + ("; ".join(left) or "no rows"))
+    t = pd.DataFrame(out)
+    t.attrs["left_out"] = left
+    return t
+
+
+def _compared(col: Collected, g: pd.DataFrame, a: str, b: str, partial: bool) -> tuple[dict | None, str]:
+    """One row of :func:`compare` for the rows ``g`` of one setting (both schemes), or (None, why not)."""
+    ra, rb = g[g["scheme"] == a], g[g["scheme"] == b]
+    step, steps = int(g["step"].iloc[0]), int(g["steps"].iloc[0])
+    if step != steps and not partial:
+        return None, f"a partial evaluation (step {step}/{steps}); compared only with --partial"
+    if ra.empty or rb.empty:
+        return None, f"only {a if rb.empty else b} was evaluated with these settings"
+    # Pair the seeds both have with a finite number; say which were dropped and why.
+    bad = {int(x) for x in pd.concat([ra, rb]).query("status != 'ok'")["seed"]}
+    common = (set(ra["seed"]) & set(rb["seed"])) - bad
+    dropped = sorted((set(ra["seed"]) | set(rb["seed"])) - common)
+    if not common:
+        return None, "no seed has a finite perplexity on both sides"
+    ra, rb = ra[ra["seed"].isin(common)], rb[rb["seed"].isin(common)]
+    p = _paired(col, ra, rb)
+    if p is None:
+        return None, ("no per-window losses for every seed on both sides (windows.csv missing, or not scoring the "
+                      "same windows); re-evaluate the runs with `pe-bench eval RUN_DIR`")
+    label = ra["label"].iloc[0].replace(a, "", 1).lstrip(" ·")
+    verdict = {"lower": f"{a} lower", "higher": f"{b} lower"}.get(p.verdict, "not distinguishable")
+    return {"config": label or "-", "L": int(g["L_train"].iloc[0]), "L_eval": int(g["L_eval"].iloc[0]),
+            f"ppl {a}": round(float(ra["ppl"].mean()), 3), f"ppl {b}": round(float(rb["ppl"].mean()), 3),
+            "difference": round(p.diff, 3), "95% interval": f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]",
+            "method": f"t, {p.interval.n} seeds" if p.interval.method == stats.T_METHOD
+            else f"paired bootstrap, {p.interval.n} windows",
+            "excludes 0": "yes" if p.excludes_zero else "no", "verdict": verdict,
+            "seeds left out": ", ".join(map(str, dropped)) or "-"}, ""
+
+
+def _mark(value: Any, marked: bool, bold: tuple[str, str]) -> str:
+    return f"{bold[0]}{value}{bold[1]}" if marked else str(value)
+
+
+def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", split: str = "validation") -> list[Path]:
+    """comparison.csv (every mode, wide) and comparison.md (one table per mode), for one split."""
+    col = df if isinstance(df, Collected) else Collected(df)
+    df = col.df
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parts, md = [], [f"# {title}\n" if title else ""]
+    for mode in MODES:
+        t = comparison(col, mode, split)
+        if t.empty:
+            continue
+        flat = t.reset_index()
+        flat.insert(0, "mode", mode)
+        parts.append(flat)
+        d = df[(df["mode"] == mode) & (df["split"] == split)]
+        stride = sorted(d["stride"].unique())
+        what = "non-overlapping blocks" if mode == "nonoverlapping" else f"sliding window, stride S={_fmt(stride)}"
+        scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
+        md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; "
+                  f"{_fmt(scored) if scored else 0} tokens scored per length)\n\n{_markdown(t)}\n\n{LEGEND}\n")
+    paths = []
+    if parts:
+        csv_path = out_dir / "comparison.csv"
+        atomic_write_text(csv_path, pd.concat(parts, ignore_index=True).to_csv(index=False))
+        md_path = out_dir / "comparison.md"
+        atomic_write_text(md_path, "".join(md).lstrip())
+        paths = [csv_path, md_path]
+    return paths
+
+
+LEGEND = ("Cells: mean perplexity (± std over seeds) [95% interval: over seeds (t) with ≥ 2 seeds, else a bootstrap "
+          "over the evaluation windows — column `interval`]. **Bold**: the best of its column and every row not "
+          "distinguishable from it (paired 95% interval of the difference contains 0). `diverged`/`nan`: a replica "
+          "gave no finite number (never averaged in); `n/a`: the scheme cannot run at that length; `—`: not "
+          "evaluated.")
+
+
+def _fmt(strides) -> str:
+    return ", ".join(str(int(s)) for s in strides) if len(strides) > 1 else str(int(strides[0]))
+
+
+def _markdown(t: pd.DataFrame) -> str:
+    best = t.attrs.get("best", set())
+    rows = [[scheme, L] + [_mark(v, c.isdigit() and (scheme, L, int(c)) in best, ("**", "**")) for c, v in row.items()]
+            for (scheme, L), row in t.iterrows()]
+    return markdown.table(["scheme", "L", *t.columns], rows)
+
+
+def rich_table(t: pd.DataFrame, title: str) -> Table:
+    table = Table(title=title, header_style="bold", caption="bold: not distinguishable from the best (paired 95%)")
+    table.add_column("scheme", no_wrap=True)
+    table.add_column("L", justify="right")
+    for c in t.columns:
+        table.add_column(c, justify="right")
+    best = t.attrs.get("best", set())
+    for (scheme, L), row in t.iterrows():
+        cells = [_mark(escape(str(v)), c.isdigit() and (scheme, L, int(c)) in best, ("[bold]", "[/bold]"))
+                 for c, v in row.items()]
+        table.add_row(escape(str(scheme)), str(L), *cells)
+    return table
+
+
+def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split: str) -> tuple[Collected, list[Path]]:
+    """eval_long.csv (every row, sorted) and the comparison tables under ``out``; returns the sorted rows and the
+    files written."""
+    col = df if isinstance(df, Collected) else Collected(df)
+    df = col.df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
+    col = Collected(df, col.windows, col.left_out, col.meta)
+    # the fine-tuning columns only where there are fine-tunes (the long CSV of other reports stays as it was)
+    fine_tunes = (df.get("ft_parent", pd.Series([], dtype=str)) != "").any()
+    plain = df if fine_tunes else df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore")
+    atomic_write_text(out / "eval_long.csv", plain.to_csv(index=False))
+    return col, [out / "eval_long.csv", *write_tables(col, out, title, split)]
