@@ -1,11 +1,12 @@
-"""The README and the docs pages stay honest: every relative link (and its #anchor) resolves, the README stays a short
-page that opens with the two commands, and no page points at an issue number."""
+"""The README, the docs pages and the project files stay honest: every relative link (and its #anchor) resolves, the
+README stays a short page that opens with the two commands, no page points at an issue number, and the license and
+citation files agree with the package."""
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
 
 
@@ -90,3 +91,31 @@ def test_no_page_mentions_an_issue_number():
         found += [f"{page.relative_to(ROOT)}: {m.group(0)}"
                   for m in re.finditer(r"(?<![\w&#])#\d+\b", without_link_targets)]
     assert not found, found
+
+
+def test_the_license_and_citation_files_agree_with_the_package():
+    import tomllib
+
+    import yaml
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == {"text": "MIT"}
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "MIT" and cff["version"] == project["version"]
+    assert cff["authors"] and cff["title"].startswith("pe-bench")
+    assert any("arXiv:2108.12409" in str(r["identifiers"]) for r in cff["references"])  # the protocol's paper
+
+
+def test_the_citing_page_cites_only_what_the_registries_declare():
+    """docs/citing.md lists the papers of this version's schemes and tasks; every arXiv id on it is one a scheme or
+    task declares (a scheme removed or re-cited cannot leave a stale line), and the protocol's paper is there."""
+    from pe_bench import schemes, tasks
+
+    declared = " ".join([e.citation for e in schemes.catalog().values()] +
+                        [t.citation for t in tasks.registry().values()])
+    page = (ROOT / "docs" / "citing.md").read_text()
+    ids = set(re.findall(r"arXiv:\d{4}\.\d{4,5}", page))
+    assert "arXiv:2108.12409" in ids
+    assert {i for i in ids if i not in declared} == set()
+    assert all(f"`{name}`" in page for name in schemes.available())
