@@ -138,6 +138,9 @@ def friendly(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             warn("interrupted: run the same command again to resume from the last checkpoint")
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # the reader of the output went away (`| head`): nothing more to say to anyone
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
         except Exception as e:
             if isinstance(e, ConfigError) or _raised(e, "pe_bench.data", "DataError"):
                 error(str(e))

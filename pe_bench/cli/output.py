@@ -111,3 +111,26 @@ def write_readme(out: Path, title: str, command: str, reported: Reported) -> Non
     from pe_bench.publish import write_readme
 
     say(f"wrote {write_readme(out, title, command, reported.written, reported.meta, reported.left_out)}")
+
+
+def find_runs(paths: list[str]) -> list[Path]:
+    """Run directories from run dirs, results dirs (holding runs/), directories of runs, or glob patterns."""
+    import glob
+
+    def is_run(d: Path) -> bool:
+        return d.is_dir() and any((d / f).exists() for f in ("eval.csv", "meta.json"))
+
+    found: list[Path] = []
+    for p in paths:
+        matches = [Path(m) for m in sorted(glob.glob(p))] or [Path(p)]
+        for m in matches:
+            if is_run(m):
+                found.append(m)
+            elif m.is_dir():
+                base = m / "runs" if (m / "runs").is_dir() else m
+                found += sorted(d for d in base.iterdir() if is_run(d))
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise ConfigError(f"no evaluated run directories under {' '.join(paths)}; pass run directories, a results "
+                          "directory (with runs/), or a glob like 'results/runs/rope-*'")
+    return unique

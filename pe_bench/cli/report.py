@@ -11,33 +11,11 @@ from rich.table import Table
 
 from pe_bench.cli.app import app, command_line, console, friendly, warn
 from pe_bench.cli.output import Reported, print_tables, report_tasks, write_readme, write_report
+from pe_bench.cli.output import find_runs as _find_runs
 from pe_bench.config import ConfigError
 
 if TYPE_CHECKING:  # pandas and the report are imported when a report is made: help answers without them
     import pandas as pd
-
-
-def _find_runs(paths: list[str]) -> list[Path]:
-    """Run directories from run dirs, results dirs (holding runs/), directories of runs, or glob patterns."""
-    import glob
-
-    def is_run(d: Path) -> bool:
-        return d.is_dir() and any((d / f).exists() for f in ("eval.csv", "meta.json"))
-
-    found: list[Path] = []
-    for p in paths:
-        matches = [Path(m) for m in sorted(glob.glob(p))] or [Path(p)]
-        for m in matches:
-            if is_run(m):
-                found.append(m)
-            elif m.is_dir():
-                base = m / "runs" if (m / "runs").is_dir() else m
-                found += sorted(d for d in base.iterdir() if is_run(d))
-    unique = list(dict.fromkeys(p.resolve() for p in found))
-    if not unique:
-        raise ConfigError(f"no evaluated run directories under {' '.join(paths)}; pass run directories, a results "
-                          "directory (with runs/), or a glob like 'results/runs/rope-*'")
-    return unique
 
 
 @app.command()
