@@ -9,6 +9,7 @@ from contextlib import ExitStack
 
 import torch
 
+from pe_bench import schemes, tasks
 from pe_bench.build import build_scheme
 from pe_bench.config import (Config, ConfigError, fixed_option_changes, reference_length, run_lengths, scheme_spec,
                              with_options)
@@ -91,7 +92,7 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
                     data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device),
                     attention_backend=cfg.attention.backend,
                     precision="bf16" if use_bf16(cfg.train, device) else "fp32",
-                    compiled=use_compile(cfg.train, device),
+                    compiled=use_compile(cfg.train, device), **_plugins(cfg),
                     **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
                                    "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
     try:
@@ -113,6 +114,17 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
         say(run_summary(run.path.name, meta.get("final_train_loss"),
                         [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
                         reference_length(cfg), wall))
+
+
+def _plugins(cfg: Config) -> dict[str, dict[str, str]]:
+    """``{"plugins": {"scheme tilt": origin, ...}}`` for a scheme (or a composite's part) or a task that is not
+    pe-bench's own (pe_bench.plugins), so that a report without the plugin can say which one it needs; {} otherwise."""
+    catalog = schemes.catalog()
+    names = [cfg.scheme["name"], *(p.get("name") for p in cfg.scheme.get("parts") or [] if isinstance(p, dict))]
+    out = {f"scheme {n}": catalog[n].origin for n in names if n in catalog and catalog[n].origin != "pe-bench"}
+    if tasks.origin(cfg.task.name) != "pe-bench":
+        out[f"task {cfg.task.name}"] = tasks.origin(cfg.task.name)
+    return {"plugins": out} if out else {}
 
 
 def check_numerics(run: Run, device: torch.device) -> None:

@@ -4,14 +4,10 @@ previous one whole."""
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from pe_bench import markdown
 from pe_bench import plots as figures
 from pe_bench.evaluate.attention_stats import write_analysis_files
 from pe_bench.report.accuracy import write_accuracy_files
@@ -19,8 +15,6 @@ from pe_bench.report.collect import Accuracy, Collected
 from pe_bench.report.extension import extension_table, write_extension
 from pe_bench.report.files import replace_together
 from pe_bench.report.perplexity import MODES, write_table_files
-from pe_bench.progress import duration
-from pe_bench.runs import atomic_write_text
 
 
 def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
@@ -69,45 +63,3 @@ def write_analysis(rows: list[dict], out: Path, title: str, made_at: dict | None
     except ImportError:
         return written
 
-
-def write_readme(out: Path, title: str, command: str, written: list[Path], meta: dict[str, dict[str, Any]],
-                 left_out: list[str]) -> Path:
-    """README.md of a report directory: the command that wrote it, the runs (status, time, environment, as their
-    meta.json records them), the tables of the markdown files written and the figures, and the runs left out. Made
-    of nothing but these, so the same runs and command give the same bytes."""
-    parts = [f"# {title}\n\nWritten by `pe-bench report` with the files beside it; this command writes them again "
-             f"from the same runs, byte for byte (`--out` naming this directory):\n\n```bash\n{command}\n```\n",
-             _runs_section(meta)]
-    for p in written:
-        if p.suffix == ".md" and p.name != "README.md":
-            body = p.read_text(encoding="utf-8").split("\n", 1)[1].lstrip("\n")  # without its title line
-            parts.append(f"## {p.name}\n\n" + re.sub(r"^#(#+) ", r"##\1 ", body, flags=re.M))
-    figures_written = [p.name for p in written if p.suffix == ".png"]
-    if figures_written:
-        parts.append("## Figures\n\n" + "\n\n".join(f"![{name}]({name})" for name in figures_written) + "\n")
-    if left_out:
-        parts.append("## Left out\n\n" + "".join(f"- {markdown.cell(line)}\n" for line in left_out))
-    path = out / "README.md"
-    atomic_write_text(path, "\n".join(p.rstrip("\n") + "\n" for p in parts))
-    return path
-
-
-def _runs_section(meta: dict[str, dict[str, Any]]) -> str:
-    """The runs of a report: how many, their status, time, and the environments they were made in."""
-    statuses = Counter(str(m.get("status")) for m in meta.values())
-    lines = [f"## Runs\n\n- {len(meta)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))]
-    timed = {k: [float(m[k]) for m in meta.values() if isinstance(m.get(k), (int, float))]
-             for k in ("train_seconds", "eval_seconds")}
-    if timed["train_seconds"]:
-        untimed = len(meta) - len(timed["train_seconds"])
-        lines.append(f"- training {duration(sum(timed['train_seconds']))} in all (the longest run "
-                     f"{duration(max(timed['train_seconds']))}), evaluation {duration(sum(timed['eval_seconds']))}, "
-                     "as the runs' meta.json record them" + (f"; {untimed} runs record no time" if untimed else ""))
-    envs = Counter(tuple(str(m.get(k, "?"))[:12 if k == "git_sha" else None] for k in ENVIRONMENT)
-                   for m in meta.values())
-    rows = [[n, *env] for env, n in sorted(envs.items(), key=lambda e: (-e[1], e[0]))]
-    lines.append("- made on:\n\n" + markdown.table(["runs", *ENVIRONMENT], rows))
-    return "\n".join(lines) + "\n"
-
-
-ENVIRONMENT = ("device", "torch", "python", "pe_bench", "git_sha")  # the keys of a run's meta.json shown per run

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pe_bench import schemes, tasks
-from pe_bench.config import Config, ConfigError, config_dir, from_yaml, to_yaml, validate
+from pe_bench.config import Config, ConfigError, from_yaml, preset_path, to_yaml, validate
 
 if TYPE_CHECKING:
     import torch
@@ -94,7 +94,7 @@ def _without_late_defaults(scheme: dict[str, Any]) -> dict[str, Any]:
 def _scheme_defaults(name: str) -> dict[str, Any]:
     import yaml
 
-    return yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text())
+    return yaml.safe_load(preset_path("scheme", name).read_text())
 
 
 def digest(d: Any, n: int = 8) -> str:
@@ -273,10 +273,25 @@ class Run:
         try:
             return from_yaml(self.config)
         except ConfigError as e:
+            missing = self._missing_plugins()
+            if missing:
+                raise RunFileError(f"{self.path.name} was made with {missing}, which this pe-bench does not have: add "
+                                   "its directory with --path (or PE_BENCH_PATH), or install its package") from None
             raise RunFileError(f"{self.config} is not a valid pe-bench config ({e})") from None
         except Exception as e:  # noqa: BLE001 - YAML/OS errors of many types
             raise RunFileError(f"{self.config} is unreadable ({_first_line(e)}); move the run directory away "
                                "or delete it") from None
+
+    def _missing_plugins(self) -> str:
+        """The plugins the run was made with (meta.json's ``plugins``) that are not registered now, as words."""
+        try:
+            made_with = self.meta().get("plugins") or {}
+        except RunFileError:
+            return ""
+        have = {"scheme": set(schemes.catalog()), "task": set(tasks.names())}
+        gone = [f"the {what} plugin {name!r} ({origin})" for key, origin in made_with.items()
+                for what, _, name in [str(key).partition(" ")] if name not in have.get(what, set())]
+        return " and ".join(gone)
 
     def load_checkpoint(self, device: torch.device | str = "cpu", mmap: bool = False) -> dict[str, Any]:
         """The checkpoint's dict; ``mmap``: its tensors are mapped from the file, read only when used (a check of

@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes, tasks
-from pe_bench.config import (GROUPS, Config, ConfigError, config_dir, hydra_quoted, omegaconf_message, preset_names,
-                             validate)
+from pe_bench.config import (GROUPS, Config, ConfigError, hydra_quoted, omegaconf_message, preset_names,
+                             preset_path, validate)
 from pe_bench.finetune import compose_finetune, compose_run
 from pe_bench.runs import Run
 
@@ -93,7 +93,7 @@ class SweepConfig:
 
 
 def sweep_names() -> list[str]:
-    return sorted(p.stem for p in (config_dir() / "sweep").glob("*.yaml"))
+    return preset_names("sweep")
 
 
 def split_overrides(overrides: list[str]) -> tuple[str, list[str], list[str]]:
@@ -112,7 +112,7 @@ def split_overrides(overrides: list[str]) -> tuple[str, list[str], list[str]]:
 
 def load_sweep(name: str, overrides: list[str] = ()) -> SweepConfig:
     """configs/sweep/<name>.yaml merged onto the schema, then ``key=value`` overrides (dotted keys)."""
-    path = config_dir() / "sweep" / f"{name}.yaml"
+    path = preset_path("sweep", name)
     if not path.is_file():
         raise ConfigError(f"unknown sweep {name!r}; choose one of: {', '.join(sweep_names())} (configs/sweep/)")
     try:
@@ -142,6 +142,12 @@ def load_sweep(name: str, overrides: list[str] = ()) -> SweepConfig:
     return sweep
 
 
+def _beside_or_preset(path: Path, name: str) -> Path:
+    """A sweep config's default: the file of that name beside it, else the sweep preset of that name."""
+    beside = path.with_name(f"{name}.yaml")
+    return beside if beside.is_file() else preset_path("sweep", name)
+
+
 def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()) -> Any:
     """A sweep YAML with Hydra's ``defaults: [other, _self_]`` list resolved among configs/sweep/*.yaml."""
     if path in seen:
@@ -150,7 +156,7 @@ def _load_with_defaults(path: Path, seen: tuple[Path, ...] = ()) -> Any:
     order = list(own.pop("defaults", None) or ["_self_"])
     if "_self_" not in order:
         order.append("_self_")
-    parts = [own if d == "_self_" else _load_with_defaults(path.with_name(f"{d}.yaml"), (*seen, path))
+    parts = [own if d == "_self_" else _load_with_defaults(_beside_or_preset(path, d), (*seen, path))
              for d in order]
     return OmegaConf.merge(*parts)
 

@@ -101,8 +101,8 @@ def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
     assert {"32", "64", "128", "256", "longest/L", "seeds"} <= set(table.columns)
     assert "| alibi | 32 |" in (tmp_path / "results" / "default" / "comparison.md").read_text()
     assert {p.name for p in (tmp_path / "results" / "default").iterdir()} == {  # the report, in <results_dir>/<name>
-        "README.md", "comparison.csv", "comparison.md", "eval_long.csv", "ppl_vs_length_nonoverlapping.png",
-        "ppl_vs_length_sliding.png", "loss_vs_position.png"}
+        "README.md", "results.json", "index.html", "comparison.csv", "comparison.md", "eval_long.csv",
+        "ppl_vs_length_nonoverlapping.png", "ppl_vs_length_sliding.png", "loss_vs_position.png"}
     alibi_run = next((tmp_path / "results" / "runs").glob("alibi-*"))
     assert invoke("eval", str(alibi_run), "eval.lengths=[512]", "eval.variants=false").exit_code == 0
     again = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")

@@ -73,8 +73,8 @@ def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tm
         assert r.exit_code == 0, r.output
         outs.append(tmp_path / name)
     files = sorted(p.name for p in outs[0].iterdir())
-    assert files == ["README.md", "comparison.csv", "comparison.md", "eval_long.csv", "loss_vs_position.png",
-                     "ppl_vs_length_nonoverlapping.png"]
+    assert files == ["README.md", "comparison.csv", "comparison.md", "eval_long.csv", "index.html",
+                     "loss_vs_position.png", "ppl_vs_length_nonoverlapping.png", "results.json"]
     assert all((outs[0] / f).read_bytes() == (outs[1] / f).read_bytes() for f in files)
     readme = (outs[0] / "README.md").read_text()
     assert f"```bash\npe-bench report {results} --mode nonoverlapping\n```" in readme  # --out: this directory
@@ -82,6 +82,7 @@ def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tm
     tables = (outs[0] / "comparison.md").read_text().split("\n", 1)[1].strip().replace("\n## ", "\n### ")
     assert tables.replace("## Perplexity", "### Perplexity", 1) in readme
     assert "![ppl_vs_length_nonoverlapping.png](ppl_vs_length_nonoverlapping.png)" in readme
+    check_pages(outs[0], f"pe-bench report {results} --mode nonoverlapping", runs=4)
     table = pd.read_csv(outs[0] / "comparison.csv")
     assert set(table["seeds"]) == {2} and table["32"].str.contains(" ± ").all()  # mean ± std over 2 seeds
     long = pd.read_csv(outs[0] / "eval_long.csv")
@@ -91,6 +92,25 @@ def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tm
     assert only.exit_code == 0 and set(pd.read_csv(tmp_path / "c" / "comparison.csv")["scheme"]) == {"alibi"}
     bad = runner.invoke(app, ["report", str(tmp_path / "nowhere")])
     assert bad.exit_code == 2 and "no evaluated run directories" in bad.output
+
+
+def check_pages(out, command: str, runs: int) -> None:
+    """results.json holds every wide table as written, the runs and what made the report; every link and image of
+    index.html is a file of the directory."""
+    import csv
+    import json
+    import re
+
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["command"] == command and len(doc["runs"]) == runs and doc["made_by"]["pe_bench"]
+    for name, rows in doc["tables"].items():
+        with (out / name).open(newline="") as f:
+            assert rows == list(csv.DictReader(f)), name
+    assert set(doc["files"]) | {"README.md", "results.json", "index.html"} == {p.name for p in out.iterdir()}
+    page = (out / "index.html").read_text()
+    targets = re.findall(r'(?:href|src)="([^"]+)"', page)
+    assert targets and all((out / t).is_file() for t in targets), targets
+    assert {p.name for p in out.iterdir()} - {"index.html"} <= set(targets)  # every file is linked or shown
 
 
 def test_the_committed_default_runs_rebuild_the_committed_default_tables(tmp_path):

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from pe_bench import schemes
-from pe_bench.config import config_dir, scheme_spec, with_options
+from pe_bench.config import preset_names, preset_path, scheme_spec, with_options
 from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.schemes import LengthNotSupported, ModelShape
 
@@ -19,7 +19,7 @@ L_TRAIN = 16
 
 
 def scheme_yaml(name):
-    return yaml.safe_load((config_dir() / "scheme" / f"{name}.yaml").read_text())
+    return yaml.safe_load(preset_path("scheme", name).read_text())  # pe-bench's configs/, or a plugin's
 
 
 def tiny_model(name, options=None, seed=0):
@@ -49,7 +49,7 @@ def runnable_at(name, length):
 
 
 def test_registry_matches_yaml_files():
-    files = sorted(p.stem for p in (config_dir() / "scheme").glob("*.yaml"))
+    files = preset_names("scheme")
     assert files == ALL
 
 

@@ -65,6 +65,9 @@ def test_report_averages_seeds_and_writes_tables_and_plots(results, tmp_path):
     readme = (out / "README.md").read_text()  # the report's own page: its command, runs, tables and figures
     assert f"pe-bench report {results}\n" in readme and "- 3 runs: 3 done\n" in readme
     assert "### copy: exact match" in readme and "![passkey_heatmap.png](passkey_heatmap.png)" in readme
+    from test_report import check_pages
+
+    check_pages(out, f"pe-bench report {results}", runs=3)
 
 
 def test_diverged_unfinished_and_altered_runs_are_never_averaged_in(results, tmp_path):

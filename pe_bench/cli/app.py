@@ -10,6 +10,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -95,8 +96,19 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                              help="Print pe-bench's version and exit.")) -> None:
+                                              help="Print pe-bench's version and exit."),
+                 path: list[Path] | None = typer.Option(None, "--path", metavar="DIR",
+                                                        help="A directory of your own schemes/, tasks/ and configs/ "
+                                                        "(repeatable; joins PE_BENCH_PATH; docs/adding-a-scheme.md).")
+                 ) -> None:
     """Train small transformers at length L with a positional scheme; evaluate at L, 2L, 4L, 8L."""
+    from pe_bench import plugins
+
+    try:  # --path was applied when pe_bench.cli was imported (before the registries are read); checked here
+        plugins.check_path()
+    except ConfigError as e:
+        error(f"{e} (--path or PE_BENCH_PATH)")
+        raise typer.Exit(2) from None
 
 
 def command_line(ctx: typer.Context, leave_out: tuple[str, ...] = ("out",)) -> str:

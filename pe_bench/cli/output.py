@@ -106,11 +106,12 @@ def _in_table(meta: dict[str, dict[str, Any]], df) -> dict[str, dict[str, Any]]:
     return {name: m for name, m in meta.items() if name in shown}
 
 
-def write_readme(out: Path, title: str, command: str, reported: Reported) -> None:
-    """README.md of the report directory ``out``: the command that wrote it, the runs, the tables and figures."""
-    from pe_bench.publish import write_readme
+def write_pages(out: Path, title: str, command: str, reported: Reported) -> None:
+    """README.md, results.json and index.html of the report directory ``out`` (pe_bench.report.pages)."""
+    from pe_bench.report.pages import write_pages
 
-    say(f"wrote {write_readme(out, title, command, reported.written, reported.meta, reported.left_out)}")
+    for p in write_pages(out, title, command, reported.written, reported.meta, reported.left_out):
+        say(f"wrote {p}")
 
 
 def find_runs(paths: list[str]) -> list[Path]:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pe_bench.cli.app import app, command_line, console, friendly, warn
-from pe_bench.cli.output import Reported, print_tables, report_tasks, write_readme, write_report
+from pe_bench.cli.output import Reported, print_tables, report_tasks, write_pages, write_report
 from pe_bench.cli.output import find_runs as _find_runs
 from pe_bench.config import ConfigError
 
@@ -38,8 +38,8 @@ def report(ctx: typer.Context,
            ) -> None:
     """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (one row per configuration:
     mean ± std over seeds, a 95% interval, the number of seeds; bold: not distinguishable from the best),
-    ppl_vs_length_<mode>.png and loss_vs_position.png, and README.md (the command, the runs' time and environment,
-    the tables, the figures). Unreadable or unfinished run directories are left out, each named. Same inputs, same
+    ppl_vs_length_<mode>.png and loss_vs_position.png, README.md and index.html (the command, the runs' time and
+    environment, the tables, the figures) and results.json (every table as data, with versions and the command). Unreadable or unfinished run directories are left out, each named. Same inputs, same
     bytes."""
     from pe_bench.report import collect_positions, collect_runs
     from pe_bench.report import compare as paired
@@ -50,7 +50,7 @@ def report(ctx: typer.Context,
     if got.runs["accuracy"]:
         reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots)
         if not got.runs["perplexity"]:
-            write_readme(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
+            write_pages(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
             return
     runs = got.runs["perplexity"]
     col, pos = got.perplexity, collect_positions(runs, unplotted := [])
@@ -69,7 +69,7 @@ def report(ctx: typer.Context,
     print_tables(col, split)
     reported += write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes,
                              plots)
-    write_readme(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
+    write_pages(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
     if col.left_out:
         warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
                   f"{len(runs) - len(col.left_out)}")

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pe_bench.cli.app import app, console, friendly, presets_help, say, warn
-from pe_bench.cli.output import Reported, print_tables, report_tasks, write_readme, write_report
+from pe_bench.cli.output import Reported, print_tables, report_tasks, write_pages, write_report
 from pe_bench.config import ConfigError
 
 
@@ -162,7 +162,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
         print_tables(col, split)
         reported += write_report(col, pos, out, title, split, MODES, plots=True)
     if reported.written:
-        write_readme(out, title, title, reported)  # a sweep's title is its command
+        write_pages(out, title, title, reported)  # a sweep's title is its command
     counts = {k: sum(v == k for v in results.values()) for k in ("trained", "failed", "busy", "stopped")}
     counts["failed"] += left
     say(f"{len(points)} points: {counts['trained']} trained, {skipped} skipped (finished before), "

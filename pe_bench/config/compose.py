@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes, tasks
-from pe_bench.config.schema import GROUPS, Config, config_dir, preset_names
+from pe_bench.config.schema import GROUPS, Config, config_dir, preset_dirs, preset_names, preset_path
 from pe_bench.config.typed import keys_hint, omegaconf_message, structured
 from pe_bench.config.validate import validate
 from pe_bench.errors import ConfigError
@@ -43,7 +43,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
         overrides.append(f"train={recipe}")  # a synthetic task trains with its recipe (configs/train/task.yaml)
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-            raw = hydra_compose(config_name="config", overrides=overrides)
+            raw = hydra_compose(config_name="config", overrides=overrides + _search_path())
     except MissingConfigException as e:
         raise ConfigError(str(e).splitlines()[0]) from None
     except Exception as e:  # noqa: BLE001 - Hydra/OmegaConf raise many unrelated types for bad overrides
@@ -52,11 +52,17 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     return validate(raw, scheme=scheme)
 
 
+def _search_path() -> list[str]:
+    """Hydra's override that adds the plugins' configs/ directories to its search path (pe_bench.plugins)."""
+    extra = preset_dirs()[1:]
+    return [f"hydra.searchpath=[{','.join(hydra_quoted(d.as_uri()) for d in extra)}]"] if extra else []
+
+
 def _task_recipe(preset: str | None) -> str | None:
     """The train preset a task preset's task brings (None: no task preset, or its task has no recipe of its own)."""
-    path = config_dir() / "task" / f"{preset}.yaml"
-    if preset is None or not path.is_file():
+    if preset is None or not preset_path("task", preset).is_file():
         return None
+    path = preset_path("task", preset)
     name = OmegaConf.load(path).get("name", tasks.DEFAULT)
     return tasks.get(name).recipe if name in tasks.names() else None
 
@@ -147,7 +153,7 @@ def apply_overrides(cfg: Config, overrides: list[str], allowed: tuple[str, ...] 
         value = o.value()
         if key in GROUPS:
             _check_group_choices([f"{key}={value}"])
-            preset = OmegaConf.load(config_dir() / key / f"{value}.yaml")
+            preset = OmegaConf.load(preset_path(key, value))
             current = getattr(cfg, key)  # a typed group takes the preset through its schema
             raw[key] = OmegaConf.merge(structured(type(current)), preset) if dataclasses.is_dataclass(current) \
                 else preset

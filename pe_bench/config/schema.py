@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pe_bench.ranges import ranged
-from pe_bench import tasks
+from pe_bench import plugins, tasks
 from pe_bench.tasks import TaskConfig
 
 
@@ -25,8 +25,22 @@ def config_dir() -> Path:
     raise FileNotFoundError("pe-bench's configs/ directory is missing from this installation; reinstall pe-bench")
 
 
+def preset_dirs() -> list[Path]:
+    """Where presets are looked for, in order: pe-bench's configs/, then the plugins' (pe_bench.plugins)."""
+    return [config_dir(), *plugins.config_dirs()]
+
+
 def preset_names(group: str) -> list[str]:
-    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+    return sorted({p.stem for d in preset_dirs() for p in (d / group).glob("*.yaml")})
+
+
+def preset_path(group: str, name: str) -> Path:
+    """configs/<group>/<name>.yaml: pe-bench's own, else the first plugin directory's that has it (a path that does
+    not exist when none has it)."""
+    for d in preset_dirs():
+        if (d / group / f"{name}.yaml").is_file():
+            return d / group / f"{name}.yaml"
+    return config_dir() / group / f"{name}.yaml"
 
 
 @dataclass

@@ -11,7 +11,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench.config.lengths import run_lengths
 from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, LOCAL_FILES_UNREAD, LOCAL_SINGLE_UNREAD, Config,
-                                    DataConfig, EvalConfig, FinetuneConfig, TrainConfig, config_dir, preset_names)
+                                    DataConfig, EvalConfig, FinetuneConfig, TrainConfig, preset_names, preset_path)
 from pe_bench.config.scheme_options import check_scheme, check_scheme_name
 from pe_bench.config.typed import omegaconf_message, structured
 from pe_bench.errors import ConfigError
@@ -157,4 +157,4 @@ def _data_fix(d: DataConfig, key: str) -> str:
 
 
 def _preset_source(name: str) -> str:
-    return str(OmegaConf.load(config_dir() / "data" / f"{name}.yaml").get("source", "embedded"))
+    return str(OmegaConf.load(preset_path("data", name)).get("source", "embedded"))

@@ -1,5 +1,6 @@
 """Positional schemes. Every module in this package registers its schemes when imported, so a new file is all it
-takes; importing them (and torch) is deferred until a scheme class is needed.
+takes; importing them (and torch) is deferred until a scheme class is needed. Plugin modules (pe_bench.plugins: a
+directory on PE_BENCH_PATH, or an installed package's entry point) are read and registered the same way.
 
 ``available()`` and ``catalog()`` answer without importing torch: they read each module's class attributes from
 its source (``name``, ``description``, ``citation``, ``acts_on``, ``late_options``, ``style``, ``variant_styles``,
@@ -18,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pe_bench import plugins
+from pe_bench.errors import ConfigError
+
 if TYPE_CHECKING:
     from pe_bench.schemes.base import LengthNotSupported, ModelShape, Scheme  # noqa: F401
 
@@ -34,14 +38,18 @@ class Entry:
     description: str
     citation: str
     acts_on: tuple[str, ...]
-    module: str
+    module: str  # its module within this package (``rope``), or a plugin module's import name
     late_options: tuple[str, ...] = ()
     style: tuple[str, str] | None = None
     variant_styles: dict[str, tuple[float, str]] = field(default_factory=dict)
+    origin: str = "pe-bench"  # or where a plugin came from (pe_bench.plugins.Module.origin)
 
 
-def _modules() -> list[str]:
-    return [m.name for m in pkgutil.iter_modules(__path__) if m.name != "base"]
+def _modules() -> list[plugins.Module]:
+    """This package's scheme modules, then the plugins'."""
+    own = [plugins.Module(f"{__name__}.{m.name}", Path(__file__).parent / f"{m.name}.py", "pe-bench")
+           for m in pkgutil.iter_modules(__path__) if m.name != "base"]
+    return own + list(plugins.modules("schemes"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,7 +57,7 @@ def catalog() -> dict[str, Entry]:
     """name → Entry for every scheme class defined in this package, read from the source files."""
     out: dict[str, Entry] = {}
     for module in _modules():
-        tree = ast.parse((Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8"))
+        tree = ast.parse(module.path.read_text(encoding="utf-8"))
         classes: dict[str, tuple[list[str], dict[str, Any]]] = {}
         for node in tree.body:
             if not isinstance(node, ast.ClassDef):
@@ -79,10 +87,17 @@ def catalog() -> dict[str, Entry]:
             name = attrs.get("name")
             if name:
                 style = lookup(cls, "style", None)
+                if name in out:
+                    raise ConfigError(f"scheme {name!r} is defined twice: in {out[name].origin} and in {module.origin}")
                 out[name] = Entry(name, lookup(cls, "description", ""), lookup(cls, "citation", ""),
-                                  tuple(lookup(cls, "acts_on", ())), module, tuple(lookup(cls, "late_options", ())),
-                                  tuple(style) if style else None, dict(lookup(cls, "variant_styles", {})))
+                                  tuple(lookup(cls, "acts_on", ())), _short(module),
+                                  tuple(lookup(cls, "late_options", ())), tuple(style) if style else None,
+                                  dict(lookup(cls, "variant_styles", {})), module.origin)
     return dict(sorted(out.items()))
+
+
+def _short(module: plugins.Module) -> str:
+    return module.name.removeprefix(f"{__name__}.") if module.origin == "pe-bench" else module.name
 
 
 def available() -> list[str]:
@@ -92,7 +107,10 @@ def available() -> list[str]:
 @functools.lru_cache(maxsize=1)
 def _load_all() -> None:
     for module in _modules():
-        importlib.import_module(f"{__name__}.{module}")
+        if module.origin == "pe-bench":
+            importlib.import_module(module.name)
+        else:
+            plugins.load(module)
 
 
 def get(name: str) -> type[Scheme]:

@@ -1,6 +1,7 @@
 """Tasks: what a run trains on and how it is scored. Every module in this package defines its task (a ``Task``
 subclass with its ``Options``), so a new file plus configs/task/<name>.yaml is all it takes: the config schema, the
-checks, the identity, the trainer, the evaluators and the report read the task through ``get(name)``.
+checks, the identity, the trainer, the evaluators and the report read the task through ``get(name)``. Plugin
+modules (pe_bench.plugins: a directory on PE_BENCH_PATH, or an installed package's entry point) count the same.
 
 The task keys of a config (``task.KEY``) are one flat table, ``TaskConfig``: the union of every task's options,
 each key declared once (tasks sharing a key declare the same default). A key the chosen task does not read must stay
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pe_bench import plugins
 from pe_bench.errors import ConfigError
 from pe_bench.tasks.base import (BOS, DIGIT0, EVAL_SEED, HELDOUT_BUCKETS, LEGACY_IDENTITY, MARK, PAD, SEP, SYMBOL0, Batch,
                                  SyntheticOptions, SyntheticTask, Task, TaskData, TaskLengthError, TaskOptions,
@@ -28,16 +30,23 @@ DEFAULT = TaskOptions().name  # the task of a config that names none
 
 @functools.lru_cache(maxsize=1)
 def registry() -> dict[str, type[Task]]:
-    """name → Task class of every task module in this package, sorted by name."""
+    """name → Task class of every task module in this package and of the plugins, sorted by name."""
     found: dict[str, type[Task]] = {}
-    for m in pkgutil.iter_modules(__path__):
-        if m.name == "base":
-            continue
-        module = importlib.import_module(f"{__name__}.{m.name}")
+    own = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__) if m.name != "base"]
+    for module in own + [plugins.load(m) for m in plugins.modules("tasks")]:
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, Task) and obj.name and obj.__module__ == module.__name__:
+                if obj.name in found:
+                    raise ConfigError(f"task {obj.name!r} is defined twice: in {found[obj.name].__module__} and in "
+                                    f"{module.__name__}")
                 found[obj.name] = obj
     return dict(sorted(found.items()))
+
+
+def origin(name: str) -> str:
+    """Where a registered task comes from: pe-bench, or a plugin (pe_bench.plugins.Module.origin)."""
+    module = get(name).__module__
+    return next((m.origin for m in plugins.modules("tasks") if m.name == module), "pe-bench")
 
 
 def names() -> list[str]:
@@ -163,4 +172,4 @@ def __getattr__(attr: str) -> Any:
 __all__ = ["BOS", "DEFAULT", "DIGIT0", "EVAL_SEED", "HELDOUT_BUCKETS", "MARK", "PAD", "SEP", "SYMBOL0", "TASK_READS",
            "Batch", "SyntheticOptions", "SyntheticTask", "Task", "TaskConfig", "TaskData", "TaskLengthError",
            "TaskOptions", "batch_rng", "build_task", "check_lengths", "get", "identity", "min_length", "names",
-           "options_of", "reads_corpus", "registry", "run_prefix"]
+           "options_of", "origin", "reads_corpus", "registry", "run_prefix"]

@@ -1,0 +1,112 @@
+"""Schemes, tasks and presets from outside the package (pe_bench.plugins): a directory on the search path
+(`pe-bench --path DIR`, PE_BENCH_PATH) and an installed package's entry points. Each is listed, composed, trained and
+reported with no edit to pe-bench; a run records where its plugin came from, and a report without the plugin names
+it in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_extending import SCHEME, TASK, TASK_YAML, TINY, YAML  # the throwaway scheme and task
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pe_bench(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """The installed pe-bench (not a copy of the sources), as a user runs it."""
+    environ = {k: v for k, v in os.environ.items() if k != "PE_BENCH_PATH"}
+    return subprocess.run([sys.executable, "-m", "pe_bench", *args], cwd=cwd, env={**environ, **(env or {})},
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def own_dir(tmp_path_factory) -> Path:
+    """A user's directory: schemes/tilt.py, tasks/first.py and their presets under configs/."""
+    d = tmp_path_factory.mktemp("my-pe")
+    for sub, name, text in (("schemes", "tilt.py", SCHEME), ("tasks", "first.py", TASK),
+                            ("configs/scheme", "tilt.yaml", YAML), ("configs/task", "first.yaml", TASK_YAML)):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+        (d / sub / name).write_text(text)
+    return d
+
+
+def test_a_scheme_from_the_search_path_is_listed_trained_and_reported(own_dir, tmp_path):
+    listed = pe_bench("--path", str(own_dir), "schemes")
+    assert listed.returncode == 0, listed.stderr
+    assert "tilt" in listed.stdout and "a linear distance penalty" in listed.stdout
+    assert "tilt" not in pe_bench("schemes").stdout  # not without the directory
+    trained = pe_bench("--path", str(own_dir), "train", "scheme=tilt", *TINY, f"results_dir={tmp_path}",
+                       "--no-progress")
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    [run] = (tmp_path / "runs").iterdir()
+    assert run.name.startswith("tilt-tiny-shakespeare-L32-s0-")
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["plugins"] == {"scheme tilt": f"search path: {own_dir / 'schemes' / 'tilt.py'}"}
+    reported = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep"), "--no-plots",
+                        env={"PE_BENCH_PATH": str(own_dir)})
+    assert reported.returncode == 0, reported.stdout[-3000:] + reported.stderr[-3000:]
+    assert "| tilt | 32 |" in (tmp_path / "rep" / "comparison.md").read_text()
+    without = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep2"), "--no-plots")
+    assert without.returncode == 2
+    assert (f"{run.name} was made with the scheme plugin 'tilt' (search path: {own_dir / 'schemes' / 'tilt.py'}), "
+            "which this pe-bench does not have: add its directory with --path") in without.stdout + without.stderr
+
+
+def test_a_task_with_its_own_option_from_the_search_path_trains(own_dir, tmp_path):
+    env = {"PE_BENCH_PATH": str(own_dir)}
+    trained = pe_bench("train", "task=first", "task.alphabet=6", "scheme=alibi", *TINY, f"results_dir={tmp_path}",
+                       "--no-progress", env=env)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    [run] = (tmp_path / "runs").iterdir()
+    assert run.name.startswith("first-alibi-tiny-L32-s0-")
+    assert "exact match" in trained.stdout
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["plugins"] == {"task first": f"search path: {own_dir / 'tasks' / 'first.py'}"}
+    shown = pe_bench("train", "task=copy", "--cfg", env=env)  # the new option leaves other runs' names alone
+    assert shown.returncode == 0 and shown.stdout.splitlines()[-1] == pe_bench("train", "task=copy", "--cfg").stdout \
+        .splitlines()[-1]
+
+
+def test_the_conformance_tests_take_a_scheme_from_the_search_path(own_dir):
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+                        "tests/test_schemes.py", "-k", "tilt"], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PE_BENCH_PATH": str(own_dir)})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert int(r.stdout.strip().splitlines()[-1].split()[0]) >= 9
+
+
+def test_a_directory_on_the_search_path_that_does_not_exist_is_one_line(tmp_path):
+    r = pe_bench("--path", str(tmp_path / "nowhere"), "schemes")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"error: PE_BENCH_PATH names {tmp_path / 'nowhere'}, which is not a directory; fix or "
+                                "remove it (--path or PE_BENCH_PATH)")
+
+
+def test_an_installed_packages_entry_points_bring_its_scheme_and_presets(tmp_path):
+    """A plugin package as pip leaves it on sys.path: its modules and a dist-info with entry_points.txt."""
+    site = tmp_path / "site"
+    pkg = site / "tiltplugin"
+    (pkg / "configs" / "scheme").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tilt.py").write_text(SCHEME)
+    (pkg / "configs" / "scheme" / "tilt.yaml").write_text(YAML)
+    info = site / "tiltplugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiltplugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pe_bench.schemes]\ntilt = tiltplugin.tilt\n\n"
+                                           "[pe_bench.configs]\ntiltplugin = tiltplugin\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    listed = pe_bench("schemes", env=env)
+    assert listed.returncode == 0 and "tilt" in listed.stdout, listed.stderr
+    trained = pe_bench("train", "scheme=tilt", *TINY, f"results_dir={tmp_path / 'results'}", "--no-progress",
+                       env=env)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    [run] = (tmp_path / "results" / "runs").iterdir()
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["plugins"] == {"scheme tilt": "entry point: tiltplugin 0.1 (tiltplugin.tilt)"}
