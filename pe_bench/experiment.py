@@ -12,7 +12,7 @@ import torch
 from pe_bench import schemes, tasks
 from pe_bench.build import build_scheme
 from pe_bench.config import (Config, ConfigError, fixed_option_changes, reference_length, run_lengths, scheme_spec,
-                             with_options)
+                             to_dict, with_options)
 from pe_bench.data import TokenizedCorpus, load_data
 from pe_bench.device import resolve_device, use_bf16, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, barrier, shutdown, world_from_env
@@ -25,6 +25,7 @@ from pe_bench.progress import duration, run_summary, say
 from pe_bench.runs import (Run, RunBusy, RunFileError, check_checkpoint, digest, file_sha256, identity, read_csv,
                            write_csv)
 from pe_bench.tasks import TaskData
+from pe_bench.tracking import open_tracker
 from pe_bench.train import Diverged, load_trained, train
 
 WINDOWS_CSV = "windows.csv"
@@ -95,15 +96,19 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
                     compiled=use_compile(cfg.train, device), **_plugins(cfg),
                     **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
                                    "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
+    tracker = open_tracker(cfg.logger, run.path, run.path.name, to_dict(cfg))
     try:
-        model = train(cfg, run, corpus, device, progress, world)
+        model = train(cfg, run, corpus, device, progress, world, tracker)
         t1 = time.perf_counter()
         rows = evaluate_run(run, cfg, corpus, device, model, progress=progress)
         run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
+        tracker.summary(final_metrics(rows))
         barrier(world)
     except BaseException as e:
         record_failure(run, e, time.perf_counter() - t0)
         raise
+    finally:
+        tracker.close()
     wall = time.perf_counter() - t0
     meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
     label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
@@ -125,6 +130,21 @@ def _plugins(cfg: Config) -> dict[str, dict[str, str]]:
     if tasks.origin(cfg.task.name) != "pe-bench":
         out[f"task {cfg.task.name}"] = tasks.origin(cfg.task.name)
     return {"plugins": out} if out else {}
+
+
+def final_metrics(rows: list[dict]) -> dict[str, float]:
+    """A run's evaluation as tracker metrics: ``eval/<scheme>/<mode>/ppl@<L>`` or
+    ``eval/<scheme>/exact_match@<L>[/depth=<d>]``, from the rows that hold a number."""
+    out = {}
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        if "ppl" in r:
+            out[f"eval/{r['scheme']}/{r['mode']}/ppl@{r['L_eval']}"] = float(r["ppl"])
+        elif "exact_match" in r:
+            depth = f"/depth={r['depth']}" if r.get("depth") not in (None, "") else ""
+            out[f"eval/{r['scheme']}/exact_match@{r['L_eval']}{depth}"] = float(r["exact_match"])
+    return out
 
 
 def check_numerics(run: Run, device: torch.device) -> None:

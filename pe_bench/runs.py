@@ -47,7 +47,7 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     """Everything that changes the trained model — not evaluation, paths or bookkeeping — as plain data.
     ``seed=False`` leaves the seed out: what seed replicas of one configuration share."""
     d = asdict(cfg)
-    for k in ("eval", "attention", "results_dir", "cache_dir") + (() if seed else ("seed",)):
+    for k in ("eval", "attention", "logger", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
     d["scheme"] = _without_late_defaults({k: v for k, v in d["scheme"].items() if k != "eval_variants"})
     d["task"] = tasks.identity(cfg.task)

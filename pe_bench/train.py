@@ -22,6 +22,7 @@ from pe_bench.progress import TrainProgress, use_bar
 from pe_bench.runs import (Run, RunFileError, atomic_save, check_checkpoint, checkpoint_identity, digest, identity,
                            read_csv, write_csv)
 from pe_bench.tasks import TaskData, batch_rng
+from pe_bench.tracking import Tracker
 
 TRAIN_COLUMNS = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
 VAL_SEED = 1234
@@ -161,11 +162,12 @@ def validation_loss(model: Decoder, data: TokenizedCorpus | TaskData, tc: TrainC
 
 
 def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: torch.device, progress: bool = True,
-          world: World = World()) -> Decoder:
+          world: World = World(), tracker: Tracker | None = None) -> Decoder:
     """Train (or resume, or just load if already trained) the run's model; returns it in eval mode.
 
     With several processes (``world.size`` > 1, DDP) each takes every world.size-th micro-batch of a step and only
-    rank 0 writes the run directory. A stop request (signal) ends training at a step boundary with a checkpoint."""
+    rank 0 writes the run directory. A stop request (signal) ends training at a step boundary with a checkpoint.
+    ``tracker``: where each train.csv row is also logged (pe_bench.tracking; rank 0's)."""
     tc = cfg.train
     if tc.grad_accum % world.size:
         raise ConfigError(f"train.grad_accum={tc.grad_accum} must be a multiple of the {world.size} processes; set "
@@ -184,7 +186,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
         raise ConfigError(problem)
     if step and world.is_main:
         run.update_meta(resumed_from=[*run.meta().get("resumed_from", []), step])
-    Trainer(cfg, run, corpus, device, model, opt, world, history, window_losses).run(step, progress)
+    Trainer(cfg, run, corpus, device, model, opt, world, history, window_losses, tracker).run(step, progress)
     return model.eval()
 
 
@@ -209,8 +211,9 @@ class Trainer:
 
     def __init__(self, cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: torch.device,
                  model: Decoder, opt: torch.optim.Optimizer, world: World, history: list[dict],
-                 window_losses: list) -> None:
+                 window_losses: list, tracker: Tracker | None = None) -> None:
         self.cfg, self.tc, self.run_dir, self.corpus, self.device = cfg, cfg.train, run, corpus, device
+        self.tracker = tracker or Tracker()
         self.model, self.opt, self.world = model, opt, world
         self.history, self.window_losses = history, window_losses
         self.ddp = None
@@ -304,6 +307,8 @@ class Trainer:
         self.history.append(row)
         if self.world.is_main:
             write_csv(self.run_dir.train_csv, self.history, TRAIN_COLUMNS)
+            self.tracker.log(done, {"train/loss": row["loss"], "train/lr": lr, "train/tokens_per_s": tps,
+                                    **({"val/loss": row["val_loss"]} if row["val_loss"] != "" else {})})
         self.shown.postfix(row["loss"], lr, tps)
         self.window_losses, self.t_log = [], time.perf_counter()
 

@@ -23,7 +23,7 @@ Path = tuple[Any, ...]  # attribute names / dict keys / list indices from the Co
 BOOKKEEPING_FIELDS = {"log_interval", "val_interval", "val_batches", "ckpt_interval", "threads"}
 # Groups and top-level keys never in the identity: evaluation, how attention is computed (every backend gives the
 # same numbers), and where files lie.
-NEVER = {("eval",), ("attention",), ("results_dir",), ("cache_dir",)}
+NEVER = {("eval",), ("attention",), ("logger",), ("results_dir",), ("cache_dir",)}
 
 
 def leaves(obj: Any, path: Path = ()) -> list[Path]:

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench import schemes, tasks
-from pe_bench.config.schema import GROUPS, Config, config_dir, preset_dirs, preset_names, preset_path
+from pe_bench.config.schema import GROUPS, LOGGER_PACKAGES, Config, config_dir, preset_dirs, preset_names, preset_path
 from pe_bench.config.typed import keys_hint, omegaconf_message, structured
 from pe_bench.config.validate import validate
 from pe_bench.errors import ConfigError
@@ -49,7 +49,20 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     except Exception as e:  # noqa: BLE001 - Hydra/OmegaConf raise many unrelated types for bad overrides
         default = OmegaConf.load(config_dir() / "config.yaml").defaults[1].scheme
         raise ConfigError(_hydra_message(e, chosen.get("scheme", default))) from None
-    return validate(raw, scheme=scheme)
+    cfg = validate(raw, scheme=scheme)
+    check_logger_package(cfg)
+    return cfg
+
+
+def check_logger_package(cfg: Config) -> None:
+    """The package a run's logger needs, installed — checked when a run is composed to train (a report of the run
+    elsewhere needs no tracker)."""
+    import importlib.util
+
+    package = LOGGER_PACKAGES.get(cfg.logger.name)
+    if package and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"logger={cfg.logger.name} needs the {package} package: pip install 'pe-bench[{package}]' "
+                          "(or logger=csv)")
 
 
 def _search_path() -> list[str]:

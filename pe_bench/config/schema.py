@@ -13,7 +13,7 @@ from pe_bench import plugins, tasks
 from pe_bench.tasks import TaskConfig
 
 
-GROUPS = ("scheme", "task", "model", "data", "train", "eval")
+GROUPS = ("scheme", "task", "model", "data", "train", "eval", "logger")
 
 
 def config_dir() -> Path:
@@ -169,6 +169,20 @@ class AttentionConfig:
 
 
 @dataclass
+class LoggerConfig:
+    """Where training and evaluation are tracked besides train.csv and eval.csv (always written): nothing more (csv),
+    TensorBoard event files, or a Weights & Biases run — all inside the run directory. Not part of a run's identity."""
+
+    name: str = "csv"  # csv | tensorboard | wandb
+    project: str = "pe-bench"  # wandb: the project the run is filed under
+    mode: str = "offline"  # wandb: offline (no network; `wandb sync` uploads it later) | online
+
+
+LOGGER_READS = {"csv": set(), "tensorboard": set(), "wandb": {"project", "mode"}}
+LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger → the package it needs (an extra)
+
+
+@dataclass
 class Config:
     scheme: dict[str, Any] = field(default_factory=lambda: {"name": "alibi"})
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -178,6 +192,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
     seed: int = ranged(0, ge=0, le=2**63 - 1)
     results_dir: str = "results"
     cache_dir: str = "~/.cache/pe-bench"
@@ -195,6 +210,8 @@ CHOICES = {
     "task.train_lengths": ("uniform", "curriculum", "fixed"),
     "task.filler": ("random", "text"),
     "finetune.new_positions": ("extend", "interpolate"),
+    "logger.name": ("csv", "tensorboard", "wandb"),
+    "logger.mode": ("offline", "online"),
 }
 
 

@@ -10,8 +10,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pe_bench.config.lengths import run_lengths
-from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, LOCAL_FILES_UNREAD, LOCAL_SINGLE_UNREAD, Config,
-                                    DataConfig, EvalConfig, FinetuneConfig, TrainConfig, preset_names, preset_path)
+from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, LOCAL_FILES_UNREAD, LOCAL_SINGLE_UNREAD,
+                                    LOGGER_READS, Config, DataConfig, EvalConfig, FinetuneConfig, LoggerConfig,
+                                    TrainConfig, preset_names, preset_path)
 from pe_bench.config.scheme_options import check_scheme, check_scheme_name
 from pe_bench.config.typed import omegaconf_message, structured
 from pe_bench.errors import ConfigError
@@ -46,6 +47,7 @@ def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
     _check_relations(cfg)
     _check_data_reads(cfg.data)
     _check_task_reads(cfg.task)
+    _check_logger_reads(cfg.logger)
     if scheme:
         check_scheme(cfg)
     else:
@@ -106,6 +108,15 @@ def _check_task_reads(t: TaskConfig) -> None:
     problem = tasks.get(t.name).options_problem(tasks.options_of(t))
     if problem:
         raise ConfigError(problem)
+
+
+def _check_logger_reads(lg: LoggerConfig) -> None:
+    """Every logger key set away from its default must be read by the chosen logger (see LOGGER_READS)."""
+    default = LoggerConfig()
+    for key in ("project", "mode"):
+        if key not in LOGGER_READS[lg.name] and getattr(lg, key) != getattr(default, key):
+            raise ConfigError(f"logger.{key}={getattr(lg, key)} is not read by logger={lg.name}; it is an option of "
+                              "logger=wandb")
 
 
 def _check_data_reads(d: DataConfig) -> None:
