@@ -429,3 +429,25 @@ def test_windows_agree_with_a_row_within_its_written_rounding_and_not_beyond():
     # a row exactly at the bound (found by search: the float difference equals the float tolerance)
     w, ppl = (np.array([0.5867639935653111]), np.array([1.0])), 1.798042152122433
     assert abs(recomputed_ppl(w) - ppl) == 1e-4 + 1e-5 * ppl and agrees(w, ppl)
+
+
+def test_the_console_tables_fit_120_columns_with_visible_marks_and_wide_shows_the_intervals(tmp_path):
+    """Off a terminal (a log, a pipe): mean ± std cells within 120 columns, the best cells marked `*` (bold would be
+    lost), the intervals left to the files; `--wide` prints them too."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from pe_bench.cli import app
+
+    committed = Path(__file__).resolve().parent.parent / "results" / "default"
+    r = CliRunner().invoke(app, ["report", str(committed / "runs"), "--out", str(tmp_path / "a"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 120
+    cope = next(line for line in lines if line.startswith("cope "))
+    assert cope.split() == ["cope", "64", "6.128±0.011*", "6.016±0.010*", "5.985±0.010*", "5.998±0.012*", "0.979", "2"]
+    assert "*: not distinguishable from the best (paired 95%)" in r.output and "[6.033, 6.223]" not in r.output
+    wide = CliRunner().invoke(app, ["report", str(committed / "runs"), "--out", str(tmp_path / "b"), "--no-plots",
+                                    "--wide"])
+    assert wide.exit_code == 0 and "6.128 ± 0.011 [6.033, 6.223]*" in wide.output and "t, 2 seeds" in wide.output

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -13,14 +14,18 @@ from pe_bench.cli.app import console, say, warn
 from pe_bench.config import ConfigError
 
 
-def print_tables(df, split: str) -> None:
-    """df: a DataFrame of eval rows or a report.Collected (with per-window losses: intervals and marks)."""
+def print_tables(df, split: str, wide: bool = False) -> None:
+    """df: a DataFrame of eval rows or a report.Collected (with per-window losses: intervals and marks). Compact
+    (mean ± std; within 120 columns for four lengths) unless ``wide`` (every column, the intervals)."""
     from pe_bench.report import comparison, rich_table
 
     for mode in ("nonoverlapping", "sliding"):
         t = comparison(df, mode, split)
         if not t.empty:
-            console.print(rich_table(t, escape(f"perplexity on {split} — {mode} (columns: eval length)")))
+            title = escape(f"perplexity on {split} — {mode} (columns: eval length; "
+                           + ("95% intervals in [ ])" if wide else "mean±std; intervals: --wide or comparison.md)"))
+            out = Console(highlight=False, width=None if console.is_terminal else 250) if wide else console
+            out.print(rich_table(t, title, wide, styled=console.is_terminal))
 
 
 def print_accuracy_tables(acc) -> None:

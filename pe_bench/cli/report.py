@@ -34,13 +34,16 @@ def report(ctx: typer.Context,
                                                           "with its 95% interval, e.g. --compare alibi rope."),
            partial: bool = typer.Option(False, "--partial", help="With --compare: also compare the rows of "
                                         "`pe-bench eval --partial` (an unfinished run's step, labelled)."),
-           plots: bool = typer.Option(True, help="Write PNG plots (needs matplotlib: pip install '.[plots]').")
+           plots: bool = typer.Option(True, help="Write PNG plots (needs matplotlib: pip install '.[plots]')."),
+           wide: bool = typer.Option(False, "--wide", help="Print every column and the 95% intervals (the files "
+                                     "always have them); default: mean ± std within 120 columns.")
            ) -> None:
     """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (one row per configuration:
     mean ± std over seeds, a 95% interval, the number of seeds; bold: not distinguishable from the best),
     ppl_vs_length_<mode>.png and loss_vs_position.png, README.md and index.html (the command, the runs' time and
-    environment, the tables, the figures) and results.json (every table as data, with versions and the command). Unreadable or unfinished run directories are left out, each named. Same inputs, same
-    bytes."""
+    environment, the tables, the figures) and results.json (every table as data, with versions and the command).
+    Unreadable or unfinished run directories are left out, each named. Same inputs, same bytes. The console shows
+    mean ± std within 120 columns (--wide: the intervals too)."""
     from pe_bench.report import collect_positions, collect_runs
     from pe_bench.report import compare as paired
     from pe_bench.runs import Run
@@ -66,7 +69,7 @@ def report(ctx: typer.Context,
     if compare:
         _print_comparison(paired(col, compare[0], compare[1], split, modes, partial), compare, split)
         return
-    print_tables(col, split)
+    print_tables(col, split, wide)
     reported += write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes,
                              plots)
     write_pages(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)

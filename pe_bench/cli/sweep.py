@@ -31,7 +31,9 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
                                                   help="Write DIR/jobs.txt and DIR/sweep.sbatch (a plain Slurm "
                                                   "array script) instead of running."),
           out: Path | None = typer.Option(None, help="Report directory (default: <results_dir>/<sweep name>)."),
-          progress: bool = typer.Option(True, help="Show progress bars.")) -> None:
+          progress: bool = typer.Option(True, help="Show progress bars."),
+          wide: bool = typer.Option(False, "--wide", help="Print the report's tables with every column and the 95% "
+                                    "intervals (the files always have them).")) -> None:
     """Train and evaluate every point of a sweep, then write its report (tables, long CSV, plots). The default
     sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
@@ -77,7 +79,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         if more is None:
             return
         points, results = points + children, {**results, **more}
-    _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0)
+    _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0, wide)
 
 
 def _run_stage(points, sw, name: str, run_with, dry_run: bool) -> dict[str, str] | None:
@@ -136,7 +138,7 @@ def _print_plan(points, name: str) -> None:
     say(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
 
 
-def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float) -> None:
+def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float, wide: bool = False) -> None:
     """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
     from pe_bench.report import MODES, collect_positions, collect_runs
     from pe_bench.sweep import BUSY, LEFT
@@ -159,7 +161,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
         for line in unplotted:
             warn(f"left out of the plots: {line}")
         split = points[0].cfg.eval.split
-        print_tables(col, split)
+        print_tables(col, split, wide)
         reported += write_report(col, pos, out, title, split, MODES, plots=True)
     if reported.written:
         write_pages(out, title, title, reported)  # a sweep's title is its command

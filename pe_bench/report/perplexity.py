@@ -4,11 +4,13 @@ CSV, markdown and rich."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -255,18 +257,29 @@ def _markdown(t: pd.DataFrame) -> str:
     return markdown.table(["scheme", "L", *t.columns], rows)
 
 
-def rich_table(t: pd.DataFrame, title: str) -> Table:
-    table = Table(title=title, header_style="bold", caption="bold: not distinguishable from the best (paired 95%)")
+def rich_table(t: pd.DataFrame, title: str, wide: bool = True, styled: bool = True) -> Table:
+    """A comparison table for the console. ``wide``: every column, cells with their intervals (as comparison.md);
+    otherwise mean ± std alone (``6.732±0.030``) and no interval column, so that four eval lengths fit 120 columns.
+    ``styled``: best cells in bold (a terminal); otherwise marked with a trailing ``*`` (a log file, a pipe)."""
+    marker = ("[bold]", "[/bold]") if styled else ("", "*")
+    table = Table(title=title, header_style="bold", box=None if not wide else box.HEAVY_HEAD, pad_edge=False,
+                  caption=f"{'bold' if styled else '*'}: not distinguishable from the best (paired 95%)")
+    columns = [c for c in t.columns if wide or c != "interval"]
     table.add_column("scheme", no_wrap=True)
     table.add_column("L", justify="right")
-    for c in t.columns:
-        table.add_column(c, justify="right")
+    for c in columns:
+        table.add_column(c, justify="right", no_wrap=True)
     best = t.attrs.get("best", set())
     for (scheme, L), row in t.iterrows():
-        cells = [_mark(escape(str(v)), c.isdigit() and (scheme, L, int(c)) in best, ("[bold]", "[/bold]"))
-                 for c, v in row.items()]
+        cells = [_mark(escape(str(row[c]) if wide else compact(row[c])), c.isdigit() and (scheme, L, int(c)) in best,
+                       marker) for c in columns]
         table.add_row(escape(str(scheme)), str(L), *cells)
     return table
+
+
+def compact(cell: Any) -> str:
+    """``6.732 ± 0.030 [6.466, 6.999]`` → ``6.732±0.030``: a cell without its interval (kept in the files)."""
+    return re.sub(r" \[[^\]]*\]$", "", str(cell)).replace(" ± ", "±")
 
 
 def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split: str) -> tuple[Collected, list[Path]]:
