@@ -15,6 +15,7 @@ one, or LINE_MAX_S seconds whatever the steps (a long run still says it is alive
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +38,15 @@ def _isatty(stream) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):  # replaced by a capture object, or closed
         return False
+
+
+VERBOSE = "PE_BENCH_VERBOSE"  # set by --verbose (train, finetune, eval, sweep); inherited by the runs a sweep starts
+
+
+def per_length_lines() -> bool:
+    """One line per evaluated length × mode (on a terminal, or with --verbose), or one summary line per scheme
+    variant and mode (a log file, a pipe, a Slurm job's output)."""
+    return interactive() or os.environ.get(VERBOSE, "") not in ("", "0")
 
 
 def use_bar(progress: bool) -> bool:

@@ -1,4 +1,5 @@
-"""A report directory written whole: the tables (pe_bench.report, pe_bench.evaluate.attention_stats) and, with matplotlib, the figures (pe_bench.plots). Tables and figures are written in a staging folder inside the output
+"""A report directory written whole: the tables (pe_bench.report, pe_bench.evaluate.attention_stats) and, with
+matplotlib, the figures (pe_bench.plots). Tables and figures are written in a staging folder inside the output
 directory and moved into place once all of them are written: a report that fails (disk full, a crash) leaves the
 previous one whole."""
 

@@ -6,6 +6,9 @@ import torch
 # Never touch the network or the user's caches from tests.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The tests read the evaluation's line per length × mode (what a terminal and --verbose show); the one summary line
+# per mode that a log file gets without --verbose is tested in tests/test_progress.py.
+os.environ.setdefault("PE_BENCH_VERBOSE", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -147,3 +147,26 @@ def test_a_step_lines_loss_is_the_mean_since_the_previous_line(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[2] for ln in lines[:3]] == ["2/40", "4/40", "6/40"]
     assert [float(ln.split()[5]) for ln in lines] == [2 * k - 0.5 for k in range(1, 21)]  # mean of steps 2k-1, 2k
+
+
+def test_a_log_gets_one_line_per_mode_and_verbose_one_per_length(tmp_path):
+    """Off a terminal (stdout a pipe, as in a log file or a Slurm job): one summary line per scheme variant and mode;
+    `--verbose` (or PE_BENCH_VERBOSE=1) brings back one line per length × mode."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PE_BENCH_VERBOSE"}
+    args = ["train", "scheme=alibi", "train=smoke", "eval=smoke", "model.n_layers=2", "model.d_model=32",
+            "model.n_heads=2", "train.steps=4", "eval.variants=false", "--no-progress"]
+    outs = []
+    for extra in ([], ["--verbose"]):
+        r = subprocess.run([sys.executable, "-m", "pe_bench", *args, f"results_dir={tmp_path / str(len(extra))}",
+                            *extra], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        outs.append([line for line in r.stdout.splitlines() if line.startswith("alibi-") and " eval " in line])
+    summary, verbose = outs
+    assert [line.split(" eval ")[1].split(":")[0] for line in summary] == ["nonoverlapping", "sliding"]
+    assert re.search(r"eval nonoverlapping: ppl \d+\.\d\d at 32, \d+\.\d\d at 64, \d+\.\d\d at 128, \d+\.\d\d at 256$",
+                     summary[0]), summary[0]
+    assert len(verbose) == 8 and all(re.match(EVAL_LINE, line) for line in verbose), verbose

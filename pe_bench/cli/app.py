@@ -85,6 +85,17 @@ app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True,
                   epilog=presets_help())
 
 
+def verbose_option() -> Any:
+    return typer.Option(False, "--verbose", help="A line per evaluated length and mode also off a terminal (a log "
+                        "file gets one summary line per scheme variant and mode).")
+
+
+def set_verbose(verbose: bool) -> None:
+    """--verbose: for this process and every run it starts (a sweep's, a Slurm array's)."""
+    if verbose:
+        os.environ["PE_BENCH_VERBOSE"] = "1"
+
+
 OVERRIDES_HELP = "Hydra overrides, e.g. scheme=rope model.n_layers=2 train=smoke eval.lengths=[64,128]"
 
 

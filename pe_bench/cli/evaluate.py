@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from pe_bench import tasks
-from pe_bench.cli.app import app, friendly, say
+from pe_bench.cli.app import app, friendly, say, set_verbose, verbose_option
 from pe_bench.cli.output import print_run_table
 from pe_bench.config import ConfigError, apply_overrides, to_yaml
 
@@ -38,10 +38,12 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
                                           "every row records the step its weights come from."),
              progress: bool = typer.Option(True, help="Show the progress bars (off: plain log lines)."),
              cfg_only: bool = typer.Option(False, "--cfg", help="Print the config the evaluation would use (the "
-                                           "run's, with these overrides) and exit.")) -> None:
+                                           "run's, with these overrides) and exit."),
+             verbose: bool = verbose_option()) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
     learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label,
     beside rows of other evaluation settings."""
+    set_verbose(verbose)
     run, saved, cfg = trained_run(run_dir, overrides)
     if cfg_only:
         typer.echo(to_yaml(cfg).rstrip())

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pe_bench.cli.app import app, console, friendly, presets_help, say, warn
+from pe_bench.cli.app import app, console, friendly, presets_help, say, set_verbose, verbose_option, warn
 from pe_bench.cli.output import Reported, print_tables, report_tasks, write_pages, write_report
 from pe_bench.config import ConfigError
 
@@ -32,14 +32,15 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
                                                   "array script) instead of running."),
           out: Path | None = typer.Option(None, help="Report directory (default: <results_dir>/<sweep name>)."),
           progress: bool = typer.Option(True, help="Show progress bars."),
-          wide: bool = typer.Option(False, "--wide", help="Print the report's tables with every column and the 95% "
-                                    "intervals (the files always have them).")) -> None:
+          wide: bool = typer.Option(False, "--wide", help="Print the report's tables with their 95% intervals."),
+          verbose: bool = verbose_option()) -> None:
     """Train and evaluate every point of a sweep, then write its report (tables, long CSV, plots). The default
     sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
     from pe_bench.sweep import expand, load_sweep, plan, report_dir, split_overrides
 
+    set_verbose(verbose)
     name, sweep_keys, run_keys = split_overrides(overrides or [])
     sw = load_sweep(name, sweep_keys)
     sw.launcher = launcher or sw.launcher

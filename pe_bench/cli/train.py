@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from pe_bench.cli.app import OVERRIDES_HELP, app, friendly, presets_help, say, warn
+from pe_bench.cli.app import OVERRIDES_HELP, app, friendly, presets_help, say, set_verbose, verbose_option, warn
 from pe_bench.cli.output import print_run_table
 from pe_bench.config import to_yaml
 from pe_bench.finetune import compose_run
@@ -18,8 +18,10 @@ from pe_bench.finetune import compose_run
 def train(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE", help=OVERRIDES_HELP),
           progress: bool = typer.Option(True, help="Show the progress bar (off: plain log lines)."),
           cfg_only: bool = typer.Option(False, "--cfg", help="Print the resolved config (YAML) and the run "
-                                        "directory, then exit; runs nothing.")) -> None:
+                                        "directory, then exit; runs nothing."),
+          verbose: bool = verbose_option()) -> None:
     """Train one run and evaluate it at every eval length (resumes from its checkpoint if interrupted)."""
+    set_verbose(verbose)
     _train(overrides or [], progress, cfg_only)
 
 
@@ -31,7 +33,8 @@ def finetune(run_dir: Path = typer.Argument(..., help="The parent: a finished ru
                                                          "(scheme.scaling.*), finetune.new_positions."),
              progress: bool = typer.Option(True, help="Show the progress bar (off: plain log lines)."),
              cfg_only: bool = typer.Option(False, "--cfg", help="Print the resolved config (YAML) and the run "
-                                           "directory, then exit; runs nothing.")) -> None:
+                                           "directory, then exit; runs nothing."),
+             verbose: bool = verbose_option()) -> None:
     """Fine-tune a finished run from its final weights, e.g. at 8L with YaRN: `pe-bench finetune RUN_DIR
     train.seq_len=512 train.steps=200 scheme.scaling.type=yarn scheme.scaling.factor=8`, or with PoSE at the
     parent's L: `train.seq_len=64 train.batch_size=32 train.pose_target=512`. The recipe is train=finetune (4 × 512
@@ -40,6 +43,7 @@ def finetune(run_dir: Path = typer.Argument(..., help="The parent: a finished ru
     finetune.from_run=RUN_DIR ...` is the same)."""
     from pe_bench.config import hydra_quoted
 
+    set_verbose(verbose)
     _train([f"finetune.from_run={hydra_quoted(str(run_dir))}", *(overrides or [])], progress, cfg_only)
 
 

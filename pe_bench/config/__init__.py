@@ -15,8 +15,8 @@ from pe_bench.config.compose import (apply_overrides, check_override_words, comp
                                      hydra_quoted, to_dict, to_yaml)
 from pe_bench.config.lengths import eval_lengths, reference_length, run_lengths
 from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, GROUPS, AttentionConfig, Config, DataConfig,
-                                    EvalConfig, FinetuneConfig, LoggerConfig, ModelConfig, SplitFiles, TrainConfig, config_dir,
-                                    preset_dirs, preset_names, preset_path)
+                                    EvalConfig, FinetuneConfig, LoggerConfig, ModelConfig, SplitFiles, TrainConfig,
+                                    config_dir, preset_dirs, preset_names, preset_path)
 from pe_bench.config.scheme_options import (SchemeSpec, check_scheme, fixed_option_changes, model_shape, scheme_spec,
                                             with_options)
 from pe_bench.config.typed import omegaconf_message
@@ -25,8 +25,8 @@ from pe_bench.errors import ConfigError
 from pe_bench.tasks import TaskConfig
 
 __all__ = ["CHOICES", "DATA_READS", "EVAL_MODES", "GROUPS", "AttentionConfig", "Config", "ConfigError", "DataConfig",
-           "EvalConfig", "FinetuneConfig", "LoggerConfig", "ModelConfig", "SchemeSpec", "SplitFiles", "TaskConfig", "TrainConfig",
-           "apply_overrides", "check_override_words", "check_scheme", "compose", "config_dir", "eval_lengths",
-           "finetune_parent", "fixed_option_changes", "from_yaml", "hydra_quoted", "model_shape", "omegaconf_message",
-           "preset_dirs", "preset_names", "preset_path", "reference_length", "run_lengths", "scheme_spec", "to_dict", "to_yaml", "validate",
-           "with_options"]
+           "EvalConfig", "FinetuneConfig", "LoggerConfig", "ModelConfig", "SchemeSpec", "SplitFiles", "TaskConfig",
+           "TrainConfig", "apply_overrides", "check_override_words", "check_scheme", "compose", "config_dir",
+           "eval_lengths", "finetune_parent", "fixed_option_changes", "from_yaml", "hydra_quoted", "model_shape",
+           "omegaconf_message", "preset_dirs", "preset_names", "preset_path", "reference_length", "run_lengths",
+           "scheme_spec", "to_dict", "to_yaml", "validate", "with_options"]

@@ -16,7 +16,7 @@ from pe_bench.distributed import check_stop
 from pe_bench.config import reference_length, run_lengths
 from pe_bench.evaluate.perplexity import eval_positions
 from pe_bench.model.decoder import Decoder
-from pe_bench.progress import say
+from pe_bench.progress import per_length_lines, say
 from pe_bench.schemes import LengthNotSupported
 from pe_bench.tasks import Task, TaskLengthError
 
@@ -66,7 +66,7 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
                         "note": ""})
         rows += out
         ok = [r for r in out if r["status"] == "ok"]
-        if not quiet:
+        if not quiet and per_length_lines():
             if ok:
                 em = sum(r["solved"] for r in ok) / sum(r["examples"] for r in ok)
                 ta = sum(r["token_accuracy"] * r["answer_tokens"] for r in ok) / sum(r["answer_tokens"] for r in ok)
@@ -74,6 +74,8 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
                     f"({sum(r['examples'] for r in ok)} held-out examples)")
             else:
                 say(f"{head} L={length}: {out[0]['status']} ({out[0]['note']})")
+    if not quiet and not per_length_lines():  # a log file: one line for every length
+        say(f"{head}: {summary(rows, L)}")
     return rows
 
 

@@ -28,7 +28,7 @@ from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.distributed import check_stop
 from pe_bench.model.decoder import Decoder, random_positions
-from pe_bench.progress import EvalProgress, use_bar
+from pe_bench.progress import EvalProgress, per_length_lines, say, use_bar
 from pe_bench.schemes import LengthNotSupported
 
 EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride",
@@ -161,9 +161,10 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     model.eval()
     bar = use_bar(progress)
     head = " ".join(x for x in (name, "eval", label if label != cfg.scheme.get("name") else "") if x)
+    each = quiet or not per_length_lines()  # no line per length: a summary per mode at the end (unless quiet)
 
     def scored(mode: str, length: int, advance: int, targets: int, positions: torch.Tensor | None) -> Score:
-        shown = EvalProgress(f"{head} L={length} {mode}", len(window_ends(length, advance, targets)), bar, quiet)
+        shown = EvalProgress(f"{head} L={length} {mode}", len(window_ends(length, advance, targets)), bar, each)
         try:
             s = score_windows(model, tokens, token_bytes, length, advance, targets, ecfg.tokens_per_batch, device,
                               bf16, positions, shown.update)
@@ -184,12 +185,24 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
             pos_rows += p
             win_rows += w
         except LengthNotSupported as e:
-            EvalProgress(f"{head} L={length}", 0, bar=False, quiet=quiet).skip(str(e))
+            EvalProgress(f"{head} L={length}", 0, bar=False, quiet=each).skip(str(e))
             rows += [{**common, "mode": mode, "stride": strides[mode], "S": stride if mode == "sliding" else "",
                       "budget": budgets[mode], "loss": "", "ppl": "",
                       "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": str(e)}
                      for mode in ecfg.modes if mode in strides]
+    if not quiet and each:  # one summary line per mode
+        say("\n".join(summary_lines(head, rows)))
     return rows, pos_rows, win_rows
+
+
+def summary_lines(head: str, rows: list[dict]) -> list[str]:
+    """One line per mode: ``NAME eval nonoverlapping: ppl 6.73 at 64, 6.66 at 128, n/a at 256 (…)``."""
+    out = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        cells = [f"{float(r['ppl']):.2f} at {r['L_eval']}" if r["status"] == "ok" else f"{r['status']} at {r['L_eval']}"
+                 for r in rows if r["mode"] == mode]
+        out.append(f"{head} {mode}: ppl {', '.join(cells)}")
+    return out
 
 
 def _at_length(scored: Callable[..., Score], cfg: Config, common: dict, length: int, positions: torch.Tensor | None,

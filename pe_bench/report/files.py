@@ -23,8 +23,8 @@ NUMERIC = ("L_train", "L_eval", "stride", "tokens_scored", "seed")
 REQUIRED = ("scheme", "split", "L_train", "L_eval", "mode", "stride", "ppl", "tokens_scored", "seed", "status")
 STATUSES = ("ok", "not_applicable", "nonfinite", "diverged")
 STATUS_CELL = {"diverged": "diverged", "nonfinite": "nan", "not_applicable": "n/a"}  # worst first
-ACCURACY_REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples", "seed",
-            "status")
+ACCURACY_REQUIRED = ("task", "scheme", "L_train", "L_eval", "depth", "exact_match", "token_accuracy", "examples",
+                     "seed", "status")
 WINDOW_REQUIRED = ("scheme", "split", "L_eval", "mode", "stride", "budget", "step", "tokens_scored", "window", "nll",
                    "tokens")
 # A window's row is keyed like its eval.csv row (EVAL_KEY): the span scored is part of the key, so two evaluations of
