@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,12 @@ from test_extending import SCHEME, TASK, TASK_YAML, TINY, YAML  # the throwaway 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pe_bench(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """The installed pe-bench (not a copy of the sources), as a user runs it."""
+def pe_bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The installed pe-bench, as a user runs it: from a directory outside the checkout, so that `-m pe_bench` is the
+    installed package (CI installs it non-editable), not the sources beside the tests."""
     environ = {k: v for k, v in os.environ.items() if k != "PE_BENCH_PATH"}
-    return subprocess.run([sys.executable, "-m", "pe_bench", *args], cwd=cwd, env={**environ, **(env or {})},
-                          capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "pe_bench", *args], cwd=tempfile.gettempdir(),
+                          env={**environ, **(env or {})}, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

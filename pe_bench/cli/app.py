@@ -27,7 +27,7 @@ from pe_bench import __version__
 from pe_bench.config import GROUPS, ConfigError, preset_names
 
 # Off a terminal (logs, CI) rich would assume 80 columns and truncate numbers; tables are never cut.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
