@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from pe_bench.evaluate.accuracy import _score
 from pe_bench.cli import app
-from pe_bench.config import TaskConfig, compose
+from pe_bench.config import TaskConfig, compose, preset_names
 from pe_bench.runs import run_name
 from pe_bench.tasks import BOS, DIGIT0, HELDOUT_BUCKETS, MARK, PAD, SEP, SYMBOL0, build_task
 
@@ -220,7 +220,7 @@ BAD = [
     (["task=addition", "train.seq_len=5"], "train.seq_len=5 is too short for task=addition"),
     (["task=copy", "task.train_lengths=random"], "task.train_lengths='random' is not one of: uniform, curriculum"),
     (["task=passkey", "task.filler=noise"], "task.filler='noise' is not one of: random, text"),
-    (["task=sorting"], "unknown task preset 'sorting'; choose one of: addition, assoc_recall, copy, lm, passkey"),
+    (["task=sorting"], "unknown task preset 'sorting'; choose one of: " + ", ".join(preset_names("task"))),
     (["task=copy", "task.symbols=1"], "task.symbols=1 is out of range: must be >= 2"),
     (["task=passkey", "task.filler=text", "task.symbols=8"], "task.symbols is not read by task.filler=text"),
     (["task=assoc_recall", "task.n_keys=2"], "task.n_keys=2 is too few for task=assoc_recall at length 256"),

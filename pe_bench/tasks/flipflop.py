@@ -1,0 +1,51 @@
+"""Flip-flop language (Liu et al. 2023, "Exposing Attention Glitches with Flip-Flop Language Modeling"):
+``BOS w b i b … r b`` — instructions write, ignore or read, each followed by a bit; a read's bit is the last written
+one, however far back. FFL(p): each instruction after the first (a write) is an ignore with probability p, else a
+write or a read alike; the last is a read, so every example asks at least once. Every read's bit is scored; exact
+match is every read of an example right (the paper's glitch rate is its complement)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pe_bench.ranges import ranged
+from pe_bench.tasks.base import BOS, DIGIT0, SYMBOL0, SyntheticOptions, SyntheticTask
+
+WRITE, IGNORE, READ = 0, 1, 2  # instruction tokens SYMBOL0 + 0..2
+
+
+@dataclass
+class FlipFlopOptions(SyntheticOptions):
+    # p of FFL(p): the paper trains at 0.8 and tests sparse (0.98) and dense (0.1) sequences as well
+    ignore_prob: float = ranged(0.8, ge=0, lt=1)
+
+
+class FlipFlop(SyntheticTask):
+    name = "flipflop"
+    description = "write/ignore/read instructions with bits; each read returns the last written bit"
+    citation = "Liu et al. 2023, arXiv:2306.00946"
+    Options = FlipFlopOptions
+    length_step = 2
+    min_size = 2  # a write, then a read
+
+    @property
+    def vocab_size(self) -> int:
+        return SYMBOL0 + 3
+
+    def max_size(self, n: int) -> int:
+        return n // 2  # BOS + 2 tokens per instruction = n + 1
+
+    def example(self, rng, size, depth, split):
+        p = self.cfg.ignore_prob
+        kinds = rng.choice(3, size=size, p=[(1 - p) / 2, p, (1 - p) / 2])
+        kinds[0], kinds[-1] = WRITE, READ
+        bits = rng.integers(0, 2, size=size)
+        tokens, answer, last = [BOS], [False], 0
+        for kind, bit in zip(kinds.tolist(), bits.tolist()):
+            if kind == WRITE:
+                last = bit
+            tokens += [SYMBOL0 + kind, DIGIT0 + (last if kind == READ else bit)]
+            answer += [False, kind == READ]
+        return tokens, answer, np.asarray(tokens, dtype=np.uint8).tobytes()
