@@ -73,9 +73,9 @@ def _search_path() -> list[str]:
 
 def _task_recipe(preset: str | None) -> str | None:
     """The train preset a task preset's task brings (None: no task preset, or its task has no recipe of its own)."""
-    if preset is None or not preset_path("task", preset).is_file():
+    path = preset_path("task", preset) if preset is not None else None
+    if path is None or not path.is_file():
         return None
-    path = preset_path("task", preset)
     name = OmegaConf.load(path).get("name", tasks.DEFAULT)
     return tasks.get(name).recipe if name in tasks.names() else None
 

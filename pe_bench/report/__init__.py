@@ -5,7 +5,7 @@ directory all at once. The figures are drawn a layer up (pe_bench.plots) and wri
 pe_bench.publish."""
 
 from pe_bench.report.collect import (FINETUNE_COLUMNS, Accuracy, Collected, Collection, collect, collect_accuracy,
-                                     collect_all, collect_positions, collect_runs, is_task_run)
+                                     collect_all, collect_positions, collect_runs)
 from pe_bench.report.files import (NOT_A_NUMBER, STATUS_CELL, STATUSES, WINDOW_KEY, agrees, check_against_windows,
                                    read_accuracy_rows, read_eval_rows, read_whole_csv, read_windows, recomputed_ppl,
                                    replace_together, window_key)
@@ -16,6 +16,6 @@ from pe_bench.report.perplexity import (BOOTSTRAP, LEGEND, MODES, best_marks, co
 __all__ = ["BOOTSTRAP", "FINETUNE_COLUMNS", "LEGEND", "MODES", "NOT_A_NUMBER", "STATUSES", "STATUS_CELL", "UNLABELLED",
            "WINDOW_KEY", "Accuracy", "Collected", "Collection", "agrees", "best_marks", "check_against_windows",
            "collect", "collect_accuracy", "collect_all", "collect_positions", "collect_runs", "compare", "comparison",
-           "config_identity", "flatten", "is_task_run", "mixed_numerics", "read_accuracy_rows", "read_eval_rows",
+           "config_identity", "flatten", "mixed_numerics", "read_accuracy_rows", "read_eval_rows",
            "read_whole_csv", "read_windows", "recomputed_ppl", "replace_together", "rich_table", "row_names",
            "window_key", "write_table_files", "write_tables"]

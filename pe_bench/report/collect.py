@@ -92,12 +92,6 @@ def _metric(run: Run) -> str:
     return tasks.get(name).metric if name in tasks.names() else "perplexity"
 
 
-def is_task_run(run: Run) -> bool:
-    """A run scored by accuracy (its config says so); unreadable configs count as not (the perplexity report names
-    them)."""
-    return _metric(run) == "accuracy"
-
-
 def _readable(runs: list[Run], rows_of: Callable[[Run, Config, dict[str, Any]], Any],
               left: list[str]) -> Iterator[tuple[Run, Config, dict[str, Any], Any, dict[str, Any], str]]:
     """(run, config, meta, ``rows_of(run, config, meta)``, the configuration's identity, its hash) of every run whose

@@ -54,10 +54,22 @@ def write_readme(out: Path, title: str, command: str, written: list[Path], meta:
     return path
 
 
+def _statuses(meta: dict[str, dict[str, Any]]) -> str:
+    """``46 runs: 2 diverged, 44 done``."""
+    counts = Counter(str(m.get("status")) for m in meta.values())
+    return f"{len(meta)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def _environments(meta: dict[str, dict[str, Any]]) -> list[list[Any]]:
+    """[runs, *ENVIRONMENT] rows: how many runs were made in each environment, the most first."""
+    envs = Counter(tuple(str(m.get(k, "?"))[:12 if k == "git_sha" else None] for k in ENVIRONMENT)
+                   for m in meta.values())
+    return [[n, *env] for env, n in sorted(envs.items(), key=lambda e: (-e[1], e[0]))]
+
+
 def _runs_section(meta: dict[str, dict[str, Any]]) -> str:
     """The runs of a report: how many, their status, time, and the environments they were made in."""
-    statuses = Counter(str(m.get("status")) for m in meta.values())
-    lines = [f"## Runs\n\n- {len(meta)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))]
+    lines = [f"## Runs\n\n- {_statuses(meta)}"]
     timed = {k: [float(m[k]) for m in meta.values() if isinstance(m.get(k), (int, float))]
              for k in ("train_seconds", "eval_seconds")}
     if timed["train_seconds"]:
@@ -65,10 +77,7 @@ def _runs_section(meta: dict[str, dict[str, Any]]) -> str:
         lines.append(f"- training {duration(sum(timed['train_seconds']))} in all (the longest run "
                      f"{duration(max(timed['train_seconds']))}), evaluation {duration(sum(timed['eval_seconds']))}, "
                      "as the runs' meta.json record them" + (f"; {untimed} runs record no time" if untimed else ""))
-    envs = Counter(tuple(str(m.get(k, "?"))[:12 if k == "git_sha" else None] for k in ENVIRONMENT)
-                   for m in meta.values())
-    rows = [[n, *env] for env, n in sorted(envs.items(), key=lambda e: (-e[1], e[0]))]
-    lines.append("- made on:\n\n" + markdown.table(["runs", *ENVIRONMENT], rows))
+    lines.append("- made on:\n\n" + markdown.table(["runs", *ENVIRONMENT], _environments(meta)))
     return "\n".join(lines) + "\n"
 
 
@@ -121,12 +130,8 @@ def write_index(out: Path, title: str, command: str, written: list[Path], meta: 
     parts = [f"<!doctype html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\"><title>{t}</title>"
              f"<style>{STYLE}</style></head>\n<body>\n<h1>{t}</h1>\n<p>Written by <code>pe-bench report</code>; this "
              f"command writes this directory again from the same runs:</p>\n<pre>{html.escape(command)}</pre>\n"]
-    statuses = Counter(str(m.get("status")) for m in meta.values())
-    envs = Counter(tuple(str(m.get(k, "?"))[:12 if k == "git_sha" else None] for k in ENVIRONMENT)
-                   for m in meta.values())
-    parts.append(f"<h2>Runs</h2>\n<p>{len(meta)} runs: " + html.escape(", ".join(
-        f"{n} {s}" for s, n in sorted(statuses.items()))) + "</p>\n" + _html_table(
-        ["runs", *ENVIRONMENT], [[n, *env] for env, n in sorted(envs.items(), key=lambda e: (-e[1], e[0]))]))
+    parts.append(f"<h2>Runs</h2>\n<p>{html.escape(_statuses(meta))}</p>\n"
+                 + _html_table(["runs", *ENVIRONMENT], _environments(meta)))
     for name, rows in _tables(written).items():
         header = list(rows[0]) if rows else []
         parts.append(f"<h2 id=\"{html.escape(name)}\">{html.escape(name)}</h2>\n"
