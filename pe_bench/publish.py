@@ -15,6 +15,7 @@ from pe_bench.report.accuracy import write_accuracy_files
 from pe_bench.report.collect import Accuracy, Collected
 from pe_bench.report.extension import extension_table, write_extension
 from pe_bench.report.files import replace_together
+from pe_bench.report.leaderboard import write_leaderboard_files
 from pe_bench.report.perplexity import MODES, write_table_files
 
 
@@ -40,14 +41,17 @@ def _report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, ti
     return [p for p in written if p is not None]
 
 
-def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = True) -> list[Path]:
-    """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row) and accuracy.md, and with matplotlib
+def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = True,
+                          beside: pd.DataFrame | None = None) -> list[Path]:
+    """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row), accuracy.md, leaderboard.csv/.md
+    (``beside``: columns by scheme next to its effective lengths, e.g. perplexity), and with matplotlib
     accuracy_vs_length.png and passkey_heatmap.png (when a task was evaluated by depth); all or nothing replaced."""
-    return replace_together(out, lambda staging: _accuracy_files(acc, staging, title, plots))
+    return replace_together(out, lambda staging: _accuracy_files(acc, staging, title, plots, beside))
 
 
-def _accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool) -> list[Path]:
+def _accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool, beside: pd.DataFrame | None) -> list[Path]:
     df, written = write_accuracy_files(acc, out, title)
+    written += write_leaderboard_files(df, out, title, beside)
     if draw:
         written.append(figures.plot_accuracy(df, out / "accuracy_vs_length.png", title))
         if (df["depth"] != "").any():  # a task evaluated by depth (passkey)

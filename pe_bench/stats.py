@@ -1,4 +1,5 @@
-"""Uncertainty of perplexities: intervals over seeds or over evaluation windows, and paired comparisons.
+"""Uncertainty of perplexities and accuracies: intervals over seeds, over evaluation windows or over examples, and
+paired comparisons.
 
 The evaluator scores a token stream in windows; window w has ``nll[w]`` (summed negative log-likelihood, nats) and
 ``tokens[w]`` (tokens scored), and a run's perplexity is exp(Σnll / Σtokens).
@@ -9,6 +10,10 @@ The evaluator scores a token stream in windows; window w has ``nll[w]`` (summed 
 - Two schemes A and B evaluated on the same windows: a paired interval of ppl_A − ppl_B, over the seeds both have
   (t) or, with one common seed, a bootstrap that resamples the same windows for both. Pairing cancels the shared
   window difficulty, so it is much tighter than two separate intervals.
+- An accuracy (examples solved of n): with one seed a Wilson score interval over the examples; with several seeds the
+  t interval over the per-seed accuracies. Two schemes on the same held-out examples: the paired difference, over
+  the common seeds (t) or, with one, over the examples (McNemar's exact test on the discordant examples, with a
+  paired bootstrap interval of the difference).
 
 Pure numpy (no scipy).
 """
@@ -233,3 +238,87 @@ def _windows(nll: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _check_level(level: float) -> None:
     if not 0 < level < 1:
         raise ValueError(f"confidence level must be in (0, 1), got {level}")
+
+
+WILSON_METHOD = "Wilson over examples"
+MCNEMAR_METHOD = "paired bootstrap over examples (McNemar)"
+
+
+def wilson_interval(solved: int, n: int, level: float = 0.95) -> Interval:
+    """Wilson score interval of a proportion solved/n (Wilson 1927): the z-test inverted, which stays inside [0, 1]
+    and keeps its coverage at 0 % and 100 %, unlike p ± z·√(p(1−p)/n)."""
+    if n < 1 or not 0 <= solved <= n:
+        raise ValueError(f"need 0 ≤ solved ≤ n and n ≥ 1, got solved={solved}, n={n}")
+    _check_level(level)
+    z = normal_quantile((1 + level) / 2)
+    p = solved / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    lo = 0.0 if solved == 0 else max(0.0, centre - half)
+    hi = 1.0 if solved == n else min(1.0, centre + half)
+    return Interval(lo, hi, WILSON_METHOD, n)
+
+
+def accuracy_interval(per_seed: Sequence[tuple[int, int]], level: float = 0.95) -> Interval:
+    """Interval of one table cell's accuracy from its seeds' (solved, examples): Wilson with one seed, t over the
+    per-seed accuracies with ≥ 2."""
+    if len(per_seed) == 0:
+        raise ValueError("no seeds to compute an accuracy interval from")
+    if len(per_seed) == 1:
+        return wilson_interval(*per_seed[0], level=level)
+    return seed_interval([s / n for s, n in per_seed], level)
+
+
+@dataclass(frozen=True)
+class PairedAccuracy:
+    """acc_A − acc_B on the same held-out examples, over paired seeds (or, with one seed, over the examples)."""
+
+    diff: float  # mean over paired seeds of acc_A − acc_B
+    interval: Interval  # of diff
+    only_a: int  # examples A solves and B does not (summed over the paired seeds)
+    only_b: int
+    p_value: float | None  # McNemar's exact test (one seed); None with several (the t interval decides)
+
+    @property
+    def verdict(self) -> str:
+        """'higher' (A solves more than B), 'lower', or 'indistinguishable' (the interval holds 0)."""
+        return "higher" if self.interval.lo > 0 else "lower" if self.interval.hi < 0 else "indistinguishable"
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar test: under H0 each discordant example is A's or B's with probability 1/2."""
+    m = only_a + only_b
+    if m == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(m, i) for i in range(k + 1)) / 2**m
+    return min(1.0, 2 * tail)
+
+
+def paired_accuracy(a: Mapping[int, np.ndarray], b: Mapping[int, np.ndarray], level: float = 0.95,
+                    n_boot: int = 2000, seed: int = 0) -> PairedAccuracy:
+    """acc_A − acc_B over the seeds both have (seed → solved flags per held-out example, the same examples in the
+    same order): a t interval over the per-seed differences with ≥ 2 common seeds; with one, McNemar's exact test and
+    a paired bootstrap interval that resamples the same examples for A and B."""
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise ValueError(f"no seed in common to pair: A has seeds {sorted(a)}, B has {sorted(b)}")
+    _check_level(level)
+    pairs = []
+    for s in common:
+        x, y = np.asarray(a[s], dtype=bool), np.asarray(b[s], dtype=bool)
+        if x.shape != y.shape or x.ndim != 1 or len(x) == 0:
+            raise ValueError(f"A and B were scored on different examples (seed {s}: {x.size} vs {y.size})")
+        pairs.append((x, y))
+    diffs = np.array([x.mean() - y.mean() for x, y in pairs])
+    only_a = int(sum((x & ~y).sum() for x, y in pairs))
+    only_b = int(sum((~x & y).sum() for x, y in pairs))
+    if len(pairs) >= 2:
+        return PairedAccuracy(float(diffs.mean()), seed_interval(diffs, level), only_a, only_b, None)
+    x, y = pairs[0]
+    d = x.astype(np.float64) - y.astype(np.float64)
+    rng = np.random.default_rng(seed)
+    stats = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return PairedAccuracy(float(d.mean()), Interval(float(lo), float(hi), MCNEMAR_METHOD, len(d)), only_a, only_b,
+                          mcnemar_exact(only_a, only_b))

@@ -146,6 +146,30 @@ def test_accuracy_csv_has_the_documented_columns_and_its_checksum_in_meta_json(r
     rows = pd.read_csv(run.accuracy_csv)
     assert list(rows.columns) == ["task", "scheme", "base_scheme", "model", "L_train", "L_eval", "ratio", "depth",
                                   "exact_match", "token_accuracy", "solved", "examples", "answer_tokens", "seed",
-                                  "step", "precision", "status", "note"]
+                                  "step", "precision", "status", "note", "outcomes"]
+    ok = rows[rows["status"] == "ok"]  # one x (solved) or . per held-out example, in order
+    assert all(len(o) == n and o.count("x") == s for o, n, s in zip(ok["outcomes"], ok["examples"], ok["solved"]))
     assert set(rows["status"]) <= {"ok", "not_applicable", "nonfinite"} and set(rows["precision"]) == {"fp32"}
     assert run.meta()["accuracy_csv_sha256"] == file_sha256(run.accuracy_csv)
+
+
+def test_report_writes_the_leaderboard_and_compares_two_rows_on_the_same_examples(results, tmp_path):
+    import shutil
+
+    root = tmp_path / "runs"
+    shutil.copytree(results, root)
+    train(root, "task=copy", "scheme=nope", "task.eval_examples=8")
+    out = tmp_path / "report"
+    r = runner.invoke(app, ["report", str(root), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert set(zip(board["task"], board["scheme"])) == {("passkey", "alibi"), ("copy", "rope"), ("copy", "nope")}
+    assert set(board["status"]) <= {"ok", "not learnt at L", "at chance at L"}
+    assert "effective length" in (out / "leaderboard.md").read_text()
+    r = runner.invoke(app, ["report", str(root), "--compare", "rope", "nope"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "paired difference of exact match acc(rope) − acc(nope)" in text
+    assert "verdict: copy (L=32): rope higher at" in text and "of 4 lengths than nope (paired, 95 %)" in text
+    r = runner.invoke(app, ["report", str(root), "--compare", "rope", "alibi"])  # never on the same task
+    assert r.exit_code == 2 and "no task and length where both were scored" in r.output

@@ -170,8 +170,8 @@ def test_exact_match_and_token_accuracy_on_hand_made_logits():
     logits[3, ~b.mask[3]] = 0.0  # wrong outside the answer: not scored
     if b.y[1, b.mask[1].nonzero()[3, 0]] == SYMBOL0:
         pytest.skip("the altered token happens to be the answer")
-    solved, correct, scored, finite = _score(FixedLogits(logits), b, None, torch.device("cpu"), False, 10_000)
-    assert (solved, correct, scored, finite) == (2, 40 - 1 - 10, 40, True)
+    outcomes, correct, scored, finite = _score(FixedLogits(logits), b, None, torch.device("cpu"), False, 10_000)
+    assert (outcomes, correct, scored, finite) == ("x..x", 40 - 1 - 10, 40, True)  # per example, in order
     logits[0, 0, 0] = float("nan")
     assert _score(FixedLogits(logits), b, None, torch.device("cpu"), False, 10_000)[3] is False
 

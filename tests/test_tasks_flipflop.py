@@ -1,13 +1,16 @@
 """The flip-flop language (Liu et al. 2023) as a task: a write first, a read last, each read's bit the last written
-one, the ignore probability p of FFL(p) the share of ignores, every read scored."""
+one, the ignore probability p of FFL(p) the share of ignores, every read scored; pinned examples, held-out sequences
+never trained on, the lengths the examples fill, chance, and the config."""
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import pytest
 
 from pe_bench.config import ConfigError, TaskConfig, compose
-from pe_bench.tasks import BOS, DIGIT0, PAD, SYMBOL0, build_task
+from pe_bench.tasks import BOS, DIGIT0, HELDOUT_BUCKETS, PAD, SYMBOL0, build_task
 
 WRITE, IGNORE, READ = SYMBOL0, SYMBOL0 + 1, SYMBOL0 + 2
 
@@ -54,3 +57,74 @@ def test_flipflop_composes_with_its_option_and_refuses_an_ignore_probability_of_
         compose(["task=flipflop", "task.ignore_prob=1"])
     with pytest.raises(ConfigError, match="task.ignore_prob=0.5 is not read by task=copy; it is an option of task=flipflop"):
         compose(["task=copy", "task.ignore_prob=0.5"])
+
+
+def examples(b) -> list[tuple[list[int], list[bool]]]:
+    """(tokens, scored flags) of each example of a batch, without its padding."""
+    out = []
+    for i in range(len(b.x)):
+        tokens, flags = [int(b.x[i, 0])] + b.y[i].tolist(), [False] + b.mask[i].tolist()
+        end = max(j for j, t in enumerate(tokens) if t != PAD) + 1
+        out.append((tokens[:end], flags[:end]))
+    return out
+
+
+def show(tokens: list[int], flags: list[bool]) -> str:
+    """B, then each instruction w/i/r with its bit; a scored bit in brackets."""
+    assert tokens[0] == BOS
+    words = ["B"]
+    for i in range(1, len(tokens), 2):
+        bit = str(tokens[i + 1] - DIGIT0)
+        words.append("wir"[tokens[i] - WRITE] + (f"[{bit}]" if flags[i + 1] else bit))
+    return " ".join(words)
+
+
+def test_pinned_examples():
+    t = build_task(TaskConfig(name="flipflop"))
+    assert [show(*e) for e in examples(t.heldout_set(32, 2))] == [
+        "B w1 i1 i1 i1 w0 r[0] i1 i0 i0 i1 i1 i0 i0 i0 r[0] r[0]",
+        "B w0 i1 r[0] i0 r[0] i1 w0 i1 i0 r[0] i0 i1 i0 i1 i1 r[0]",
+    ]
+    assert [show(*e) for e in examples(t.train_batch(np.random.default_rng(0), 2, 32))] == [
+        "B w0 i1 r[0] i0 i0 i0 r[0] i0 w0 i0 w0 i1 i1 r[0]",
+        "B w0 i0 r[0] r[0] i1 i1 i0 i1 i1 i0 r[0]",
+    ]
+
+
+def test_heldout_sequences_never_appear_in_training():
+    """Sequences of 5 instructions (a few hundred): training draws almost all of its own, never a held-out one; the
+    held-out ones hash to bucket 0."""
+    t = build_task(TaskConfig(name="flipflop", ignore_prob=0.4, train_lengths="fixed"))
+    n = 10
+    assert t.max_size(n) == 5
+
+    def seq(b) -> set[bytes]:
+        return {np.asarray(tokens, dtype=np.uint8).tobytes() for tokens, _ in examples(b)}
+
+    train = set()
+    for seed in range(40):
+        train |= seq(t.train_batch(np.random.default_rng(seed), 64, n))
+    heldout = seq(t.heldout_set(n, 200))
+    assert heldout and len(train) > 100
+    assert not train & heldout
+    assert all(zlib.crc32(q) % HELDOUT_BUCKETS == 0 for q in heldout)
+    assert all(zlib.crc32(q) % HELDOUT_BUCKETS for q in train)
+
+
+@pytest.mark.parametrize("n", [32, 64, 256])
+def test_heldout_examples_fill_their_length_and_chance_is_a_guessed_bit_per_read(n):
+    t = build_task(TaskConfig(name="flipflop"))
+    assert t.max_size(n) == n // 2 and t.filled_length(n) == n  # BOS + 2 tokens per instruction = n + 1
+    b = t.heldout_set(n, 64)
+    reads = []
+    for tokens, flags in examples(b):
+        assert len(tokens) == n + 1 and flags[-1] and tokens[-2] == READ  # the last read ends the example
+        reads.append(sum(flags))
+    for tokens, flags in examples(t.train_batch(np.random.default_rng(1), 16, n)):
+        assert len(tokens) <= n + 1 and len(tokens) % 2 == 1 and flags[-1]
+    # the first instruction a write, the last a read, each of the n/2 - 2 others a read with probability 0.1:
+    # E[2^-reads] = 1/2 × (0.9 + 0.1/2)^(n/2 - 2)
+    assert t.chance(n) == pytest.approx(0.5 * 0.95 ** (n // 2 - 2))
+    assert t.chance(32) == pytest.approx(0.2438375, abs=1e-7)
+    assert np.mean([2.0**-r for r in reads]) == pytest.approx(t.chance(n), rel=0.5)
+    assert t.vocab_size == SYMBOL0 + 3

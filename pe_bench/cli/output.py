@@ -34,13 +34,27 @@ def print_accuracy_tables(acc) -> None:
 
     for task in sorted(acc.df["task"].unique()):
         t = accuracy_table(acc.df, task)
-        table = Table(title=escape(f"{task}: exact match in % on held-out examples (columns: eval length)"),
-                      header_style="bold")
+        table = Table(title=escape(f"{task}: exact match in % on held-out examples, 95% interval in [ ] (columns: "
+                                   "eval length)"), header_style="bold")
         for c in ("scheme", "L", *t.columns):
             table.add_column(escape(str(c)), justify="left" if c == "scheme" else "right")
         for (label, L), row in t.iterrows():
             table.add_row(escape(str(label)), str(L), *[escape(str(v)) for v in row.tolist()])
         console.print(table)
+
+
+def _print_leaderboard(df) -> None:
+    """The effective length of every row and task (multiples of L, 95% range in [ ]); leaderboard.md explains."""
+    from pe_bench.report.leaderboard import EFFECTIVE_FRACTION, leaderboard, summary_table
+
+    t = summary_table(leaderboard(df))
+    table = Table(title=f"effective length: exact match stays ≥ {100 * EFFECTIVE_FRACTION:g}% of its value at L and "
+                  "above chance (95% range in [ ]; leaderboard.md)", header_style="bold")
+    for c in ("scheme", "L", *t.columns):
+        table.add_column(escape(str(c)), justify="left" if c == "scheme" else "right")
+    for (label, L), row in t.iterrows():
+        table.add_row(escape(str(label)), str(L), *[escape(str(v)) for v in row.tolist()])
+    console.print(table)
 
 
 def print_run_table(run_path: Path, split: str) -> None:
@@ -57,9 +71,9 @@ def print_run_table(run_path: Path, split: str) -> None:
         print_tables(got.perplexity, split)
 
 
-def report_tasks(acc, runs: int, out: Path, plots: bool, title: str | None = None) -> Reported:
-    """The accuracy tables and plots of ``runs`` task runs collected in ``acc`` (left-out runs named): printed and
-    written under ``out``."""
+def report_tasks(acc, runs: int, out: Path, plots: bool, title: str | None = None, beside=None) -> Reported:
+    """The accuracy tables, leaderboard and plots of ``runs`` task runs collected in ``acc`` (left-out runs named):
+    printed and written under ``out``; ``beside``: columns by scheme next to the effective lengths."""
     from pe_bench.publish import write_accuracy_report
 
     for line in acc.left_out:
@@ -68,11 +82,12 @@ def report_tasks(acc, runs: int, out: Path, plots: bool, title: str | None = Non
         raise ConfigError(f"no usable accuracy rows in {runs} task run directories ({len(acc.left_out)} left "
                           "out, above)")
     print_accuracy_tables(acc)
+    _print_leaderboard(acc.df)
     title = title or f"pe-bench report: {runs - len(acc.left_out)} task runs"
     try:
-        written = write_accuracy_report(acc, out, title, plots)
+        written = write_accuracy_report(acc, out, title, plots, beside)
     except ImportError:
-        written = write_accuracy_report(acc, out, title, plots=False)
+        written = write_accuracy_report(acc, out, title, plots=False, beside=beside)
         warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
     for p in written:
         say(f"wrote {p}")

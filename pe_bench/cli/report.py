@@ -31,7 +31,9 @@ def report(ctx: typer.Context,
            split: str = typer.Option("validation", help="Evaluation split."),
            compare: tuple[str, str] | None = typer.Option(None, "--compare", metavar="A B",
                                                           help="Paired difference ppl(A) − ppl(B) at each length, "
-                                                          "with its 95% interval, e.g. --compare alibi rope."),
+                                                          "with its 95% interval, e.g. --compare alibi rope; for "
+                                                          "task runs acc(A) − acc(B) on the same held-out examples "
+                                                          "(McNemar with one seed, t over seeds with several)."),
            partial: bool = typer.Option(False, "--partial", help="With --compare: also compare the rows of "
                                         "`pe-bench eval --partial` (an unfinished run's step, labelled)."),
            plots: bool = typer.Option(True, help="Write PNG plots (needs matplotlib: pip install '.[plots]')."),
@@ -49,9 +51,17 @@ def report(ctx: typer.Context,
     from pe_bench.runs import Run
 
     got = collect_runs([Run(p) for p in _find_runs(paths)])
+    if compare and not got.accuracy.df.empty and (got.perplexity.df.empty or _has_rows(got.accuracy.df, compare)):
+        _print_accuracy_comparison(got.accuracy, compare)
+        return
     reported = Reported()
     if got.runs["accuracy"]:
-        reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots)
+        beside = None
+        if not got.perplexity.df.empty:
+            from pe_bench.report.leaderboard import perplexity_columns
+
+            beside = perplexity_columns(got.perplexity, split)
+        reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots, beside=beside)
         if not got.runs["perplexity"]:
             write_pages(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
             return
@@ -109,3 +119,28 @@ def _print_comparison(t: pd.DataFrame, compare: tuple[str, str], split: str) -> 
     for row in t.itertuples(index=False):
         table.add_row(*[escape(str(v)) for v in row])
     console.print(table)
+
+
+def _has_rows(df: pd.DataFrame, names: tuple[str, str]) -> bool:
+    return all(n in set(df["label"]) for n in names)
+
+
+def _print_accuracy_comparison(acc, compare: tuple[str, str]) -> None:
+    """``--compare A B`` on task runs: acc(A) − acc(B) per task and length, paired over the same held-out examples,
+    the rows that could not be compared, and one verdict line per task."""
+    from pe_bench.report.accuracy import compare_accuracy, verdict_lines
+
+    for line in acc.left_out:
+        warn(f"left out: {line}")
+    t = compare_accuracy(acc, *compare)
+    for line in t.attrs.get("left_out", []):
+        warn(f"not compared: {line}")
+    table = Table(title=escape(f"paired difference of exact match acc({compare[0]}) − acc({compare[1]}) in points, "
+                               "on the same held-out examples, 95% interval"), header_style="bold")
+    for c in t.columns:
+        table.add_column(escape(str(c)), justify="left" if c in ("task", "method", "verdict") else "right")
+    for row in t.itertuples(index=False):
+        table.add_row(*[escape(str(v)) for v in row])
+    console.print(table)
+    for line in verdict_lines(t, *compare):
+        console.print(escape(f"verdict: {line}"))

@@ -3,7 +3,9 @@
 Exact match counts an example as solved when the argmax at every answer position is the answer token, the answer's
 earlier tokens given. That is greedy decoding: if every teacher-forced argmax is right, greedy decoding writes the
 answer token by token; if one is wrong, greedy decoding writes a wrong token there. One forward pass per example.
-Per-token accuracy is the fraction of answer tokens whose argmax is right (teacher-forced).
+Per-token accuracy is the fraction of answer tokens whose argmax is right (teacher-forced). ``outcomes`` keeps which
+held-out examples were solved, in the held-out set's order (``x`` solved, ``.`` not): the held-out sets are the same
+for every run, so two runs are compared example by example (McNemar; pe_bench.stats).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pe_bench.tasks import Task, TaskLengthError
 
 ACCURACY_COLUMNS = ["task", "scheme", "base_scheme", "model", "L_train", "L_eval", "ratio", "depth", "exact_match",
                     "token_accuracy", "solved", "examples", "answer_tokens", "seed", "step", "precision", "status",
-                    "note"]
+                    "note", "outcomes"]
+SOLVED, MISSED = "x", "."  # an example's outcome in the outcomes column
 # A row is identified by every setting that changes its number (as eval.csv's EVAL_KEY).
 ACCURACY_KEY = ("scheme", "L_eval", "depth", "examples", "step", "precision")
 
@@ -50,20 +53,22 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
             try:
                 batch = task.heldout_set(length, cfg.task.eval_examples, depth)
                 positions = eval_positions(cfg, length, device)
-                solved, correct, scored, finite = _score(model, batch, positions, device, bf16,
-                                                         cfg.eval.tokens_per_batch)
+                outcomes, correct, scored, finite = _score(model, batch, positions, device, bf16,
+                                                           cfg.eval.tokens_per_batch)
             except (TaskLengthError, LengthNotSupported) as e:
                 out.append({**at, "exact_match": "", "token_accuracy": "", "solved": "", "answer_tokens": 0,
-                            "status": "not_applicable", "note": str(e)})
+                            "status": "not_applicable", "note": str(e), "outcomes": ""})
                 continue
             if not finite:
                 out.append({**at, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
                             "answer_tokens": scored, "status": "nonfinite",
-                            "note": "non-finite logits: the model overflowed or its weights are not finite"})
+                            "note": "non-finite logits: the model overflowed or its weights are not finite",
+                            "outcomes": ""})
                 continue
+            solved = outcomes.count(SOLVED)
             out.append({**at, "exact_match": round(solved / len(batch.x), 6), "token_accuracy":
                         round(correct / scored, 6), "solved": solved, "answer_tokens": scored, "status": "ok",
-                        "note": ""})
+                        "note": "", "outcomes": outcomes})
         rows += out
         ok = [r for r in out if r["status"] == "ok"]
         if not quiet and per_length_lines():
@@ -80,11 +85,12 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
 
 
 def _score(model: Decoder, batch, positions: torch.Tensor | None, device: torch.device, bf16: bool,
-           tokens_per_batch: int) -> tuple[int, int, int, bool]:
-    """(examples solved, answer tokens right, answer tokens, all logits finite) over a held-out batch."""
+           tokens_per_batch: int) -> tuple[str, int, int, bool]:
+    """(outcome of each example, answer tokens right, answer tokens, all logits finite) over a held-out batch."""
     n = batch.x.shape[1]
     per = max(1, tokens_per_batch // n)
-    solved = correct = scored = 0
+    outcomes: list[str] = []
+    correct = scored = 0
     finite = True
     for i in range(0, len(batch.x), per):
         check_stop(f"while evaluating at length {n}")  # a signal: stop within a batch, not after the length
@@ -93,10 +99,10 @@ def _score(model: Decoder, batch, positions: torch.Tensor | None, device: torch.
             logits = model(x, positions)
         finite &= bool(torch.isfinite(logits).all())
         right = logits.argmax(-1) == y
-        solved += int((right | ~mask).all(1).sum())
+        outcomes += [SOLVED if ok else MISSED for ok in (right | ~mask).all(1).tolist()]
         correct += int((right & mask).sum())
         scored += int(mask.sum())
-    return solved, correct, scored, finite
+    return "".join(outcomes), correct, scored, finite
 
 
 def summary(rows: list[dict], train_len: int) -> str:

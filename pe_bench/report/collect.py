@@ -254,20 +254,24 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
     """Every trustworthy accuracy row of the given task runs, with 'run', 'config' and 'label' (the scheme label plus
     the keys that differ between the configurations of one task); the rules of :func:`collect_all`."""
     frames, flat, left, metas = [], {}, [], {}
-    for run, _, meta, rows, ident, config_id in _readable(runs, _accuracy_rows, left):
+    for run, cfg, meta, rows, ident, config_id in _readable(runs, _accuracy_rows, left):
         metas[run.path.name] = meta
         flat[config_id] = flatten({k: v for k, v in ident.items() if k not in UNLABELLED})
         d = pd.DataFrame(rows).reindex(columns=ACCURACY_COLUMNS)
         d.insert(0, "run", run.path.name)
         d["config"] = config_id
+        # the held-out examples are a function of the task's options alone: runs with the same heldout are paired
+        d["heldout"] = digest({k: v for k, v in flat[config_id].items() if k.startswith("task.")})
+        d["chance"] = _chance(cfg, pd.to_numeric(d["L_eval"]))
         frames.append(d)
     if not frames:
         return Accuracy(pd.DataFrame(), left, metas)
     df = pd.concat(frames, ignore_index=True)
     for c in ("L_train", "L_eval", "seed", "examples"):
         df[c] = pd.to_numeric(df[c])
-    for c in ("exact_match", "token_accuracy"):
+    for c in ("exact_match", "token_accuracy", "solved"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
+    df["outcomes"] = df["outcomes"].fillna("").astype(str)
     df["depth"] = df["depth"].fillna("").astype(str)
     df = _without_copies(df, ACCURACY_KEY, left)
     # Keys that differ between the configurations of one task (other than the scheme and seed) go into the label.
@@ -281,6 +285,18 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
     df["label"] = [s + (f" · {labels[(t, c)]}" if labels[(t, c)] else "")
                    for s, t, c in zip(df["scheme"], df["task"], df["config"])]
     return Accuracy(df, left, metas)
+
+
+def _chance(cfg: Config, lengths: pd.Series) -> list[float]:
+    """Exact match by guessing at each length (NaN where the task does not say, or cannot build that length)."""
+    task = build_task(cfg.task, {"train": np.zeros(1), "validation": np.zeros(1)})
+    out = []
+    for n in lengths.astype(int):
+        try:
+            out.append(float(task.chance(int(n))))
+        except (NotImplementedError, tasks.TaskLengthError):
+            out.append(float("nan"))
+    return out
 
 
 def _accuracy_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -302,7 +318,8 @@ def _diverged_accuracy_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str,
              "model": cfg.model.name, "L_train": L, "L_eval": n, "ratio": round(n / L, 4),
              "depth": "" if d is None else d, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
              "examples": cfg.task.eval_examples, "answer_tokens": 0, "seed": cfg.seed, "step": "",
-             "precision": "", "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}"}
+             "precision": "", "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}",
+             "outcomes": ""}
             for n in run_lengths(cfg) for d in depths]
 
 

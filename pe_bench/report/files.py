@@ -87,7 +87,19 @@ def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
     for i, r in enumerate(rows, 2):
         if None in r or r["status"] not in STATUSES:
             raise RunFileError(f"{path} line {i} is malformed (truncated or edited)")
+        outcomes = r.get("outcomes") or ""
+        if outcomes and (len(outcomes) != _int(r["examples"]) or set(outcomes) - {"x", "."}
+                         or outcomes.count("x") != _int(r.get("solved"))):
+            raise RunFileError(f"{path} line {i}: its outcomes do not match its {r['examples']} examples and "
+                               f"{r.get('solved')} solved (edited or mixed up); re-evaluate the run with `pe-bench eval`")
     return rows
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or "")
+    except ValueError:
+        return -1
 
 
 def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:

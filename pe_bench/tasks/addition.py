@@ -30,6 +30,9 @@ class Addition(SyntheticTask):
     def max_size(self, n: int) -> int:
         return (n - 3) // 3  # BOS + m + MARK + m + SEP + (m + 1) = n + 1
 
+    def chance(self, n: int) -> float:
+        return 10.0 ** -(self.max_size(n) + 1)
+
     def example(self, rng, size, depth, split):
         a, b = rng.integers(0, 10, size=size), rng.integers(0, 10, size=size)  # most-significant first
         total = int("".join(map(str, a))) + int("".join(map(str, b)))

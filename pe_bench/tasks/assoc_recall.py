@@ -37,6 +37,9 @@ class AssocRecall(SyntheticTask):
     def max_size(self, n: int) -> int:
         return (n - 1 - 2 * self.cfg.queries) // 2  # BOS + 2P + SEP + 2Q = n + 1
 
+    def chance(self, n: int) -> float:
+        return float(self.cfg.n_values) ** -self.cfg.queries
+
     def check_length(self, n: int) -> None:
         super().check_length(n)
         if self.max_size(n) > self.cfg.n_keys:

@@ -132,6 +132,11 @@ class SyntheticTask(Task):
         """The largest size whose example fits an input of n tokens."""
         raise NotImplementedError
 
+    def chance(self, n: int) -> float:
+        """Exact match by guessing at length n: the probability that answers drawn uniformly from what each answer
+        token can be are all right (the floor an effective length must stay above)."""
+        raise NotImplementedError
+
     def example(self, rng: np.random.Generator, size: int, depth: float,
                 split: str) -> tuple[list[int], list[bool], bytes]:
         """(tokens, answer flags, question bytes for the held-out hash) of one example of this size. ``depth`` in

@@ -30,6 +30,9 @@ class Copy(SyntheticTask):
     def max_size(self, n: int) -> int:
         return (n - 1) // 2  # BOS + k + SEP + k = n + 1
 
+    def chance(self, n: int) -> float:
+        return float(self.cfg.symbols) ** -self.max_size(n)
+
     def answer_of(self, string: np.ndarray) -> np.ndarray:
         return string
 

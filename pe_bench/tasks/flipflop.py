@@ -37,6 +37,12 @@ class FlipFlop(SyntheticTask):
     def max_size(self, n: int) -> int:
         return n // 2  # BOS + 2 tokens per instruction = n + 1
 
+    def chance(self, n: int) -> float:
+        # a guessed bit per read, each right with probability 1/2; the first instruction is a write, the last a
+        # read, each of the others a read with probability (1 - p)/2: E[2^-reads]
+        p_read = (1 - self.cfg.ignore_prob) / 2
+        return 0.5 * (1 - p_read / 2) ** (self.max_size(n) - 2)
+
     def example(self, rng, size, depth, split):
         p = self.cfg.ignore_prob
         kinds = rng.choice(3, size=size, p=[(1 - p) / 2, p, (1 - p) / 2])

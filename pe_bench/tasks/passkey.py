@@ -52,6 +52,9 @@ class Passkey(SyntheticTask):
         # BOS + filler + MARK + K digits + SEP + K digits = n + 1
         return n - 2 * self.cfg.key_digits - 2
 
+    def chance(self, n: int) -> float:
+        return 10.0 ** -self.cfg.key_digits
+
     def _filler(self, rng: np.random.Generator, m: int, split: str) -> np.ndarray:
         if self.cfg.filler == "random":
             return SYMBOL0 + rng.integers(0, self.cfg.symbols, size=m)

@@ -1,0 +1,152 @@
+"""The effective-length leaderboard: for each task and row, the longest evaluated length up to which exact match
+stays at or above ``EFFECTIVE_FRACTION`` of the row's own accuracy at L and above chance (RULER's "effective context
+length", Hsieh et al. 2024, relative to the model's own accuracy at L rather than to a fixed score).
+
+Its 95 % range comes from the cells' intervals: the lower end is the longest length up to which every cell's lower
+bound qualifies, the upper end the same with the upper bounds. A length past which nothing was evaluated is written
+``≥ n``: the row may hold on further. A row not learnt at L (pe_bench.report.accuracy) has no effective length.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from pe_bench import markdown
+from pe_bench.report.accuracy import EFFECTIVE_FRACTION, LEARNT_AT_L, NOT_LEARNT, STATUS_TEXT, cells, not_learnt
+from pe_bench.report.collect import Collected
+from pe_bench.report.perplexity import comparison
+from pe_bench.runs import atomic_write_text
+
+COLUMNS = ["task", "scheme", "L", "at_L", "at_L_lo", "at_L_hi", "effective_length", "effective_ratio",
+           "effective_lo", "effective_hi", "longest_evaluated", "at_effective", "at_effective_lo", "at_effective_hi",
+           "chance_at_effective", "seeds", "interval", "status"]
+
+
+def _longest(g: pd.DataFrame, value: str, target: float) -> int | None:
+    """The longest L_eval up to which (from L on, in order) every cell is ok, ``value`` ≥ target and above chance."""
+    best = None
+    for _, r in g.iterrows():
+        if r["status"] != "ok" or not (r[value] >= target and r[value] > r["chance"]):
+            break
+        best = int(r["L_eval"])
+    return best
+
+
+def _entry(task: str, label: str, L: int, g: pd.DataFrame) -> dict:
+    """The leaderboard row of one (task, row, L) from its cells (sorted by L_eval, from L on)."""
+    at = g[g["L_eval"] == L]
+    base = {"task": task, "scheme": label, "L": L, "seeds": int(g["seeds"].max()),
+            "interval": next((m for m in g["method"] if m), "")}
+    if at.empty:
+        return {**base, "status": "not evaluated at L"}
+    r0 = at.iloc[0]
+    base.update(at_L=r0["mean"], at_L_lo=r0["lo"], at_L_hi=r0["hi"])
+    if r0["status"] != "ok":
+        return {**base, "status": STATUS_TEXT.get(r0["status"], "n/a")}
+    if not_learnt(r0["at_L"]):
+        return {**base, "status": NOT_LEARNT}
+    target = EFFECTIVE_FRACTION * r0["mean"]
+    eff = _longest(g, "mean", target)
+    if eff is None:  # at chance at L already
+        return {**base, "status": "at chance at L"}
+    lo, hi = _longest(g, "lo", target), _longest(g, "hi", target)
+    e = g[g["L_eval"] == eff].iloc[0]
+    return {**base, "effective_length": eff, "effective_ratio": round(eff / L, 4), "effective_lo": lo or "",
+            "effective_hi": hi, "longest_evaluated": int(g["L_eval"].max()), "at_effective": e["mean"],
+            "at_effective_lo": e["lo"], "at_effective_hi": e["hi"], "chance_at_effective": e["chance"],
+            "status": "ok"}
+
+
+def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, scheme row, L) of accuracy rows ``df`` (pe_bench.report.collect.Accuracy.df): exact match
+    at L with its interval, the effective length and its 95 % range, exact match there, and a status (ok, not learnt
+    at L, diverged, …)."""
+    chance = df.groupby(["task", "label", "L_train", "L_eval"])["chance"].max()
+    out = []
+    for task in sorted(df["task"].unique()):
+        c = cells(df, task)
+        c["chance"] = [chance.get((task, r.label, r.L_train, r.L_eval), math.nan) for r in c.itertuples()]
+        c["chance"] = c["chance"].fillna(0.0)  # a task that does not say: no floor above 0
+        for (label, L), g in c.groupby(["label", "L_train"], sort=True):
+            out.append(_entry(task, label, int(L), g[g["L_eval"] >= L].sort_values("L_eval")))
+    return pd.DataFrame(out).reindex(columns=COLUMNS)
+
+
+def _multiple(n, L: int, longest: int) -> str:
+    """n tokens in multiples of L ('4L'), '≥ 8L' at the longest length evaluated, '< L' for none."""
+    if n == "" or n is None or (isinstance(n, float) and math.isnan(n)):
+        return "< L"
+    text = "L" if int(n) == int(L) else f"{int(n) / int(L):g}L"
+    return f"≥ {text}" if int(n) == int(longest) else text
+
+
+def effective_cell(r: pd.Series) -> str:
+    """'4L [2L, ≥ 8L]' (the effective length and its 95 % range, in multiples of L), or the row's status."""
+    if r["status"] != "ok":
+        return r["status"]
+    L, top = r["L"], r["longest_evaluated"]
+    return (f"{_multiple(r['effective_length'], L, top)} "
+            f"[{_multiple(r['effective_lo'], L, top)}, {_multiple(r['effective_hi'], L, top)}]")
+
+
+def summary_table(board: pd.DataFrame) -> pd.DataFrame:
+    """Rows: scheme (and L); columns: tasks; cells: :func:`effective_cell`."""
+    board = board.assign(cell=[effective_cell(r) for _, r in board.iterrows()])
+    t = board.pivot_table(index=["scheme", "L"], columns="task", values="cell", aggfunc="first", sort=True)
+    return t.fillna("—")
+
+
+def _pct(x) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+
+
+LEGEND = (f"Effective length: the longest evaluated length up to which exact match stays at or above "
+          f"{100 * EFFECTIVE_FRACTION:g} % of the row's own exact match at L and above chance (guessing every answer "
+          "token), in multiples of L; in [ ] its 95 % range from the cells' intervals (Wilson over examples with one "
+          "seed, t over seeds with several). `≥`: true at the longest length evaluated (it may hold further). "
+          f"`{NOT_LEARNT}`: exact match at L below {100 * LEARNT_AT_L:g} % (no effective length: the recipe failed, "
+          "not the scheme).")
+
+
+def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | None = None) -> str:
+    """leaderboard.md: the summary (schemes × tasks; ``extra``: more columns by scheme, e.g. perplexity), then
+    each task's details."""
+    t = summary_table(board)
+    if extra is not None:
+        t = t.join(extra, on="scheme").fillna("—")
+    md = [f"# {title}: effective length\n", "\n", markdown.table(["scheme", "L", *t.columns],
+                                                                 [[s, L, *row.tolist()] for (s, L), row in t.iterrows()])]
+    for task, g in board.groupby("task", sort=True):
+        rows = [[r["scheme"], r["L"], f"{_pct(r['at_L'])} [{_pct(r['at_L_lo'])}, {_pct(r['at_L_hi'])}]"
+                 if r["status"] != "not evaluated at L" else "—", effective_cell(r),
+                 "" if r["status"] != "ok" else f"{_pct(r['at_effective'])} [{_pct(r['at_effective_lo'])}, "
+                 f"{_pct(r['at_effective_hi'])}]", r["seeds"], r["interval"]] for _, r in g.iterrows()]
+        md += [f"\n\n## {task}\n\n", markdown.table(["scheme", "L", "exact match at L", "effective length",
+                                                     "exact match there", "seeds", "interval"], rows)]
+    md.append(f"\n\n{LEGEND}\n")
+    return "".join(md)
+
+
+def write_leaderboard_files(df: pd.DataFrame, out: Path, title: str,
+                            extra: pd.DataFrame | None = None) -> list[Path]:
+    """leaderboard.csv (one row per task × scheme row) and leaderboard.md under ``out``."""
+    board = leaderboard(df)
+    atomic_write_text(out / "leaderboard.csv", board.to_csv(index=False))
+    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, title, extra))
+    return [out / "leaderboard.csv", out / "leaderboard.md"]
+
+
+def perplexity_columns(col: Collected, split: str = "validation") -> pd.DataFrame | None:
+    """Beside the effective lengths: each scheme row's perplexity at the longest length over L (non-overlapping),
+    one column per training length of the language-model runs; None without perplexity rows."""
+    t = comparison(col, "nonoverlapping", split)
+    if t.empty:
+        return None
+    lengths = [int(c) for c in t.columns if str(c).isdigit()]
+    out = {}
+    for (scheme, L), row in t.iterrows():
+        out.setdefault(scheme, {})[f"perplexity {max(lengths) // L}L/L (L={L})"] = row["longest/L"]
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("scheme")

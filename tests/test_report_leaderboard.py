@@ -1,0 +1,115 @@
+"""Accuracy cells with intervals, `not learnt at L`, the effective-length leaderboard and the paired accuracy
+comparison, on hand-made rows whose answers are known."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from pe_bench.config import ConfigError
+from pe_bench.report.accuracy import NOT_LEARNT, accuracy_table, compare_accuracy, verdict_lines
+from pe_bench.report.collect import Accuracy
+from pe_bench.report.leaderboard import effective_cell, leaderboard, leaderboard_markdown
+from pe_bench.stats import wilson_interval
+
+N = 400  # held-out examples per length
+
+
+def rows(label: str, solved: list[int], seed: int = 0, L: int = 32, task: str = "copy", chance: float = 0.0,
+         status: str = "ok") -> list[dict]:
+    """One accuracy row per length L, 2L, 4L, 8L with ``solved`` of N examples (the first ones solved)."""
+    out = []
+    for i, s in enumerate(solved):
+        out.append({"task": task, "label": label, "scheme": label, "L_train": L, "L_eval": L * 2**i, "seed": seed,
+                    "depth": "", "exact_match": s / N, "token_accuracy": s / N, "solved": s, "examples": N,
+                    "status": status, "chance": chance, "heldout": "h", "run": f"{label}-{seed}",
+                    "outcomes": "x" * s + "." * (N - s)})
+    return out
+
+
+def frame(*groups: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([r for g in groups for r in g])
+
+
+def test_one_seed_cells_carry_the_wilson_interval_and_several_seeds_the_t_interval():
+    df = frame(rows("alibi", [396, 200, 40, 0]), rows("t5", [400, 380, 300, 10], seed=0),
+               rows("t5", [398, 370, 320, 30], seed=1))
+    t = accuracy_table(df, "copy")
+    iv = wilson_interval(200, N)
+    assert t.loc[("alibi", 32), "64"] == f"50.0 [{100 * iv.lo:.1f}, {100 * iv.hi:.1f}]"
+    assert t.loc[("alibi", 32), "interval"] == "Wilson, 400 examples"
+    assert t.loc[("t5", 32), "128"].startswith("77.5 ± 3.5 [") and t.loc[("t5", 32), "interval"] == "t, 2 seeds"
+    assert t.loc[("t5", 32), "seeds"] == "2"
+
+
+def test_a_row_below_the_threshold_at_L_says_not_learnt_beyond_L_in_both_metrics():
+    df = frame(rows("rope", [20, 0, 0, 0]), rows("alibi", [396, 10, 0, 0]))
+    for metric in ("exact_match", "token_accuracy"):
+        t = accuracy_table(df, "copy", metric)
+        assert t.loc[("rope", 32), "32"].startswith("5.0")  # its own number at L stays
+        assert list(t.loc[("rope", 32), ["64", "128", "256"]]) == [NOT_LEARNT] * 3
+        assert t.loc[("alibi", 32), "64"].startswith("2.5")  # learnt: its zeros are extrapolation
+
+
+def test_the_effective_length_is_where_exact_match_stays_above_the_fraction_of_its_accuracy_at_L():
+    df = frame(rows("alibi", [396, 380, 200, 10]),  # 99 %, 95 % (≥ 0.8·99), 50 % (below): 2L
+               rows("t5", [400, 400, 399, 398]),  # flat to the longest length evaluated: ≥ 8L
+               rows("rope", [300, 10, 0, 0]),  # 75 % at L: not learnt
+               rows("nope", [392, 20, 0, 0], status="ok"))
+    b = leaderboard(df).set_index("scheme")
+    assert b.loc["alibi", "effective_length"] == 64 and b.loc["alibi", "effective_ratio"] == 2
+    assert effective_cell(b.loc["alibi"]) == "2L [2L, 2L]"
+    assert b.loc["t5", "effective_length"] == 256 and effective_cell(b.loc["t5"]) == "≥ 8L [≥ 8L, ≥ 8L]"
+    assert b.loc["rope", "status"] == NOT_LEARNT and pd.isna(b.loc["rope", "effective_length"])
+    assert b.loc["nope", "effective_length"] == 32
+    md = leaderboard_markdown(leaderboard(df), "t")
+    assert "| alibi | 32 | 2L [2L, 2L] |" in md and NOT_LEARNT in md
+
+
+def test_the_range_of_the_effective_length_follows_the_cells_intervals():
+    # 2L at 80.5 % of 99 % (target 79.2 %): its interval straddles the target, so the range is [L, 2L] (lower end)
+    # and the upper end reaches 4L where the interval's top still clears it
+    df = frame(rows("alibi", [396, 319, 310, 100]))
+    b = leaderboard(df).iloc[0]
+    assert (b["effective_lo"], b["effective_length"], b["effective_hi"]) == (32, 64, 128)
+
+
+def test_above_chance_is_required_too():
+    df = frame(rows("flip", [396, 388, 388, 385], task="flipflop", chance=0.97))  # 2L: 97 %, not above chance
+    b = leaderboard(df).iloc[0]
+    assert b["status"] == "ok" and b["effective_length"] == 32
+    df2 = frame(rows("flip", [396, 388, 388, 385], task="flipflop", chance=0.5))
+    assert leaderboard(df2).iloc[0]["effective_length"] == 256
+
+
+def test_a_diverged_row_has_no_effective_length():
+    df = frame(rows("alibi", [0, 0, 0, 0], status="diverged"))
+    assert leaderboard(df).iloc[0]["status"] == "diverged"
+
+
+def acc(df: pd.DataFrame) -> Accuracy:
+    return Accuracy(df)
+
+
+def test_compare_pairs_the_same_examples_and_gives_a_verdict_per_length():
+    a = rows("alibi", [396, 380, 200, 10])
+    b = rows("rope", [396, 100, 0, 0])
+    t = compare_accuracy(acc(frame(a, b)), "alibi", "rope")
+    assert list(t["verdict"]) == ["indistinguishable", "higher", "higher", "higher"]
+    assert list(t["only alibi"]) == [0, 280, 200, 10] and list(t["only rope"]) == [0, 0, 0, 0]
+    assert t.iloc[0]["McNemar p"] == "1" and t.iloc[3]["method"] == "McNemar, 400 examples"
+    assert verdict_lines(t, "alibi", "rope") == [
+        "copy (L=32): alibi higher at 3, lower at 0, indistinguishable at 1 of 4 lengths than rope (paired, 95 %)"]
+
+
+def test_compare_refuses_unknown_rows_and_leaves_out_cells_without_outcomes():
+    a, b = rows("alibi", [396, 380, 200, 10]), rows("rope", [396, 100, 0, 0])
+    with pytest.raises(ConfigError, match="no accuracy rows for scheme 't5'"):
+        compare_accuracy(acc(frame(a, b)), "alibi", "t5")
+    b[1]["outcomes"] = ""  # an older run: no per-example outcomes at 2L
+    t = compare_accuracy(acc(frame(a, b)), "alibi", "rope")
+    assert list(t["L_eval"]) == [32, 128, 256]
+    assert any("at 64" in line and "pe-bench eval" in line for line in t.attrs["left_out"])
+    other = [dict(r, heldout="other") for r in rows("rope", [396, 100, 0, 0])]  # other task options: not paired
+    with pytest.raises(ConfigError, match="same held-out examples"):
+        compare_accuracy(acc(frame(a, other)), "alibi", "rope")
