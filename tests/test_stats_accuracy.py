@@ -8,8 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from pe_bench.stats import (MCNEMAR_METHOD, T_METHOD, WILSON_METHOD, accuracy_interval, mcnemar_exact,
-                            paired_accuracy, seed_interval, wilson_interval)
+from pe_bench.stats import (
+    MCNEMAR_METHOD,
+    T_METHOD,
+    WILSON_METHOD,
+    accuracy_interval,
+    mcnemar_exact,
+    paired_accuracy,
+    seed_interval,
+    wilson_interval,
+)
 
 
 @pytest.mark.parametrize("solved,n,lo,hi", [

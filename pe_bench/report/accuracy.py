@@ -164,7 +164,7 @@ def compare_accuracy(acc: Accuracy, a: str, b: str) -> pd.DataFrame:
                               f"{', '.join(sorted(set(df['label'])))}")
     rows, left = [], []
     d = df[df["label"].isin([a, b])]
-    for (task, L, heldout, n), g in d.groupby(["task", "L_train", "heldout", "L_eval"], sort=True):
+    for (task, L, _heldout, n), g in d.groupby(["task", "L_train", "heldout", "L_eval"], sort=True):
         ga, gb = _outcomes(g[g["label"] == a]), _outcomes(g[g["label"] == b])
         if ga is None or gb is None:
             if len(set(g["label"])) == 2:
