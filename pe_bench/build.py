@@ -6,6 +6,8 @@ from pe_bench.model.attention import backend_problem
 from pe_bench.config import Config, ConfigError, SchemeSpec, model_shape, scheme_spec
 from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.schemes import Scheme
+from pe_bench.tasks import get as get_task
+from pe_bench.tasks import options_of
 
 
 def build_scheme(cfg: Config, spec: SchemeSpec | None = None) -> Scheme:
@@ -22,6 +24,8 @@ def build_model(cfg: Config, vocab_size: int, spec: SchemeSpec | None = None) ->
         raise ConfigError(problem)
     if problem:  # an eval-time variant the requested backend cannot run (ReRoPE on flex): auto, the same numbers
         backend = "auto"
+    digits = get_task(cfg.task.name).digit_positions(options_of(cfg.task))
     args = ModelArgs(vocab_size=vocab_size, n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads,
-                     mlp_ratio=m.mlp_ratio, dropout=m.dropout, backend=backend)
+                     mlp_ratio=m.mlp_ratio, dropout=m.dropout, backend=backend,
+                     digit_tokens=digits[0] if digits else (), digit_offset=digits[1] if digits else 0)
     return Decoder(args, scheme)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pe_bench.model import attention
+from pe_bench.model.digits import DigitPositions
 from pe_bench.model.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
                                 with_input_bias)
 from pe_bench.schemes import Scheme
@@ -28,6 +29,8 @@ class ModelArgs:
     mlp_ratio: float = 4.0
     dropout: float = 0.0
     backend: str = "auto"  # attention.backend: auto | sdpa | flex | explicit (pe_bench.model.attention)
+    digit_tokens: tuple[int, ...] = ()  # Abacus digit positions for these tokens (pe_bench.model.digits); () none
+    digit_offset: int = 0  # their largest training offset
 
 
 def random_positions(max_position: int, length: int, generator: torch.Generator) -> torch.Tensor:
@@ -130,6 +133,8 @@ class Decoder(nn.Module):
         self.args = args
         self.scheme = scheme
         self.tok_emb = nn.Embedding(args.vocab_size, args.d_model)
+        self.digit_positions = (DigitPositions(args.digit_tokens, args.d_model, args.digit_offset)
+                                if args.digit_tokens else None)
         self.drop = nn.Dropout(args.dropout)
         self.blocks = nn.ModuleList(Block(args) for _ in range(args.n_layers))
         self.ln_f = nn.LayerNorm(args.d_model)
@@ -160,7 +165,10 @@ class Decoder(nn.Module):
         default_positions = positions is None
         if positions is None:
             positions = torch.arange(T, device=idx.device)
-        x = self.drop(self.scheme.embed(self.tok_emb(idx), positions))
+        x = self.tok_emb(idx)
+        if self.digit_positions is not None:
+            x = x + self.digit_positions(idx)
+        x = self.drop(self.scheme.embed(x, positions))
         backend = attention.choose_backend(self.args.backend, self.scheme, probe is not None)
         if backend == "flex" and not default_positions and torch.compiler.is_compiling():
             raise ValueError("FlexAttention under torch.compile takes the forward's own positions 0..T-1 only")

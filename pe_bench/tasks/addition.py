@@ -1,6 +1,8 @@
 """Multi-digit addition (Kazemnejad et al. 2023): ``BOS a₁…a_m MARK b₁…b_m SEP c₁…c_{m+1}`` with operands of as many
 digits as the length holds; reverse_digits writes every number least-significant digit first (the known trick: each
-sum digit then depends on digits already seen)."""
+sum digit then depends on digits already seen). abacus adds positions that count digits within each number (McLeish
+et al. 2024; pe_bench.model.digits) to any scheme, with a random offset up to abacus_max_offset in training: the
+literature's question, train on numbers of ≤ n digits and add numbers of 2n–8n digits."""
 
 from __future__ import annotations
 
@@ -8,12 +10,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
+from pe_bench.ranges import ranged
+from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, TaskOptions
 
 
 @dataclass
 class AdditionOptions(SyntheticOptions):
     reverse_digits: bool = True  # operands and sum least-significant digit first
+    abacus: bool = False  # Abacus digit positions (McLeish et al. 2024) added to the scheme's
+    abacus_max_offset: int = ranged(100, ge=0)  # their training offset k is uniform in [0, this] (the paper: 100)
 
 
 class Addition(SyntheticTask):
@@ -22,6 +27,18 @@ class Addition(SyntheticTask):
     citation = "Kazemnejad et al. 2023"
     Options = AdditionOptions
     length_step = 3
+
+    @classmethod
+    def options_problem(cls, options: AdditionOptions) -> str | None:  # type: ignore[override]
+        if options.abacus_max_offset != AdditionOptions().abacus_max_offset and not options.abacus:
+            return "task.abacus_max_offset is read with task.abacus=true only; set task.abacus=true or remove it"
+        return None
+
+    @classmethod
+    def digit_positions(cls, options: TaskOptions) -> tuple[tuple[int, ...], int] | None:
+        if not getattr(options, "abacus", False):
+            return None
+        return tuple(range(DIGIT0, DIGIT0 + 10)), options.abacus_max_offset  # type: ignore[attr-defined]
 
     @property
     def vocab_size(self) -> int:

@@ -102,6 +102,12 @@ class Task:
         return keys
 
     @classmethod
+    def digit_positions(cls, options: TaskOptions) -> tuple[tuple[int, ...], int] | None:
+        """(the digit tokens, the largest training offset) when the model adds Abacus digit positions for these
+        options (pe_bench.model.digits), else None."""
+        return None
+
+    @classmethod
     def run_prefix(cls, options: TaskOptions, scheme: str, model: str, data: str) -> str:
         """The readable start of a run's name (``-L<L>-s<seed>-<hash>`` follows)."""
         return f"{options.name}-{scheme}-{model}"
