@@ -78,7 +78,7 @@ class SweepConfig:
     task: str = tasks.DEFAULT  # a task preset (configs/task); several: grid: {task: [passkey, copy]}
     model: str = "tiny"
     data: str = "shakespeare"
-    train: str = "quick"
+    train: str | None = "quick"  # None: each point's task brings its own recipe (a task's ``recipe``)
     eval: str = "default"
     grid: dict[str, list[Any]] = field(default_factory=dict)  # more axes: {model.n_layers: [2, 4]}
     # more points: a scheme of the sweep with options, after its plain one ({name: <scheme>, <option>: <value>};
@@ -166,8 +166,10 @@ def _axes(sweep: SweepConfig) -> dict[str, list[str]]:
     names = schemes.available() if "all" in sweep.schemes else list(sweep.schemes)
     axes: dict[str, list[str]] = {
         "seed": [str(s) for s in sweep.seeds],
-        "model": [sweep.model], "data": [sweep.data], "train": [sweep.train], "eval": [sweep.eval],
+        "model": [sweep.model], "data": [sweep.data], "eval": [sweep.eval],
     }
+    if sweep.train is not None:
+        axes["train"] = [sweep.train]
     if sweep.task != tasks.DEFAULT:  # (the default task's overrides stay what they were before tasks existed)
         axes["task"] = [sweep.task]
     if sweep.seq_lens:

@@ -20,6 +20,8 @@ from pe_bench.experiment import run_one
 from pe_bench.launchers import emit_sbatch
 from pe_bench.runs import Run, RunBusy, run_dir_for
 from pe_bench.sweep import SweepConfig, expand, load_sweep, plan
+from pe_bench.tasks import SyntheticTask, registry
+from pe_bench.tasks import get as get_task
 
 runner = CliRunner()
 SMOKE = ["sweep=smoke", "model.n_layers=1", "model.d_model=32"]
@@ -371,9 +373,10 @@ def test_a_run_directory_with_an_unreadable_config_yaml_is_left_alone_and_counte
 
 
 def test_the_shipped_sweeps_are_the_points_the_readme_lists():
-    """docs/sweeps.md: smoke (every scheme × seeds 0, 1; smoke recipe, 2-layer model), tasks (the paper's six ×
-    passkey, copy × seed 0; task recipe, L = 32, two processes at once), tasks_zoo (tasks plus eight schemes: 26
-    points), extension (rope × seed 0, then 5 methods × budgets 25, 100, 400, and 0 for the parent's rows)."""
+    """docs/sweeps.md: smoke (every scheme × seeds 0, 1; smoke recipe, 2-layer model), tasks (the paper's six and the
+    ten schemes flat to 8L × the eleven synthetic tasks × seeds 0, 1, 2, each task with its own recipe, two processes
+    at once: 528 points), extension (rope × seed 0, then 5 methods × budgets 25, 100, 400, and 0 for the parent's
+    rows)."""
     def points(name):
         return [compose(p) for p in expand(load_sweep(name), [])]
 
@@ -382,14 +385,15 @@ def test_the_shipped_sweeps_are_the_points_the_readme_lists():
         (s, k) for s in schemes.available() for k in (0, 1))
     assert {(c.train.name, c.model.n_layers) for c in smoke} == {("smoke", 2)}
     six = ["nope", "sinusoidal", "learned", "rope", "alibi", "t5"]
-    tasks = points("tasks")
-    assert sorted((c.scheme["name"], c.task.name, c.seed) for c in tasks) == sorted(
-        (s, t, 0) for s in six for t in ("passkey", "copy"))
-    assert {(c.train.name, c.train.seq_len) for c in tasks} == {("task", 32)}
+    flat = ["stickbreaking", "xl", "kerple_log", "kerple_power", "fox", "dape", "cope", "sandwich", "shaw", "conv"]
+    synthetic = sorted(n for n, t in registry().items() if issubclass(t, SyntheticTask))
+    tasks = [dict(o.split("=", 1) for o in p) for p in expand(load_sweep("tasks"), [])]
+    assert len(tasks) == 528 and sorted((p["scheme"], p["task"], int(p["seed"])) for p in tasks) == sorted(
+        (s, t, k) for s in six + flat for t in synthetic for k in (0, 1, 2))
+    one_each = [compose(p) for p in expand(load_sweep("tasks"), ["scheme=rope", "seed=0"])]  # a point per task
+    assert all(c.train.name == get_task(c.task.name).recipe for c in one_each)  # each task's own recipe
+    assert {c.train.seq_len for c in one_each} == {32} and len(one_each) == len(synthetic)
     assert load_sweep("tasks").local.parallel == 2
-    zoo = points("tasks_zoo")
-    more = ["kerple_log", "kerple_power", "sandwich", "shaw", "xl", "cope", "conv"]
-    assert len(zoo) == 26 and sorted({c.scheme["name"] for c in zoo}) == sorted(six + more)
     ext = load_sweep("extension")
     assert [(c.scheme["name"], c.seed) for c in map(compose, expand(ext, []))] == [("rope", 0)]
     assert ext.extension.steps == [0, 25, 100, 400] and len(ext.extension.methods) == 5

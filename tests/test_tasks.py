@@ -370,3 +370,12 @@ def test_an_analysis_forwards_at_most_max_elements_attention_weights_per_batch(m
     for a, b in zip(bounded, whole):
         assert {k: a[k] for k in ("entropy_norm", "distance", "sink_mass")} == pytest.approx(
             {k: b[k] for k in ("entropy_norm", "distance", "sink_mass")}, abs=1e-5)
+
+
+def test_chance_is_guessing_every_answer_token_uniformly():
+    """The floor of the effective length (pe_bench.report.leaderboard), by hand from each task's answer."""
+    assert task("passkey").chance(64) == 1e-5  # 5 digits
+    assert task("copy", symbols=64).chance(21) == 64.0 ** -10  # a string of (21 - 1) // 2 = 10 letters
+    assert task("reverse", symbols=64).chance(21) == 64.0 ** -10
+    assert task("addition").chance(33) == 1e-11  # 10-digit operands, an 11-digit sum
+    assert task("assoc_recall").chance(64) == 64.0 ** -4  # 4 queried values of 64
