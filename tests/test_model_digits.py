@@ -70,3 +70,13 @@ def test_abacus_options_are_checked_by_name():
     with pytest.raises(ConfigError, match="task.abacus=True is not read by task=copy"):
         compose(["task=copy", "task.abacus=true"])
     assert compose(["task=addition", "task.abacus=true", "task.abacus_max_offset=50"]).task.abacus_max_offset == 50
+
+
+def test_abacus_needs_numbers_written_least_significant_digit_first_and_leaves_other_addition_runs_named_alone():
+    with pytest.raises(ConfigError, match="keep task.reverse_digits=true"):
+        compose(["task=addition", "task.abacus=true", "task.reverse_digits=false"])
+    from pe_bench.runs import run_name
+
+    plain = run_name(compose(["task=addition", "scheme=rope"]))
+    assert plain == "addition-rope-tiny-L32-s0-" + plain.rsplit("-", 1)[1]
+    assert run_name(compose(["task=addition", "scheme=rope", "task.abacus=true"])) != plain

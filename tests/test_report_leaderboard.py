@@ -22,7 +22,7 @@ def rows(label: str, solved: list[int], seed: int = 0, L: int = 32, task: str = 
     for i, s in enumerate(solved):
         out.append({"task": task, "label": label, "scheme": label, "L_train": L, "L_eval": L * 2**i, "seed": seed,
                     "depth": "", "exact_match": s / N, "token_accuracy": s / N, "solved": s, "examples": N,
-                    "status": status, "chance": chance, "heldout": "h", "run": f"{label}-{seed}",
+                    "status": status, "chance": chance, "heldout": f"h{i}", "run": f"{label}-{seed}",
                     "outcomes": "x" * s + "." * (N - s)})
     return out
 
@@ -110,6 +110,22 @@ def test_compare_refuses_unknown_rows_and_leaves_out_cells_without_outcomes():
     t = compare_accuracy(acc(frame(a, b)), "alibi", "rope")
     assert list(t["L_eval"]) == [32, 128, 256]
     assert any("at 64" in line and "pe-bench eval" in line for line in t.attrs["left_out"])
-    other = [dict(r, heldout="other") for r in rows("rope", [396, 100, 0, 0])]  # other task options: not paired
-    with pytest.raises(ConfigError, match="same held-out examples"):
+    other = [dict(r, heldout="other") for r in rows("rope", [396, 100, 0, 0])]  # other examples: never paired
+    with pytest.raises(ConfigError, match="same held-out examples; .*scored on different held-out examples"):
         compare_accuracy(acc(frame(a, other)), "alibi", "rope")
+
+
+def test_compare_averages_both_rows_over_the_common_seeds_and_names_the_others():
+    a = rows("alibi", [396, 380, 200, 10]) + rows("alibi", [0, 0, 0, 0], seed=1)
+    b = rows("rope", [396, 100, 0, 0])
+    t = compare_accuracy(acc(frame(a, b)), "alibi", "rope")
+    assert list(t["alibi"]) == ["99.0", "95.0", "50.0", "2.5"] and set(t["seeds"]) == {"0"}  # seed 0 only
+    assert any("seeds [1] of one row only" in line for line in t.attrs["left_out"])
+
+
+def test_a_cell_with_fewer_seeds_than_its_row_says_so_and_a_row_without_L_says_no_number_at_L():
+    df = frame(rows("t5", [400, 380, 300, 10]), rows("t5", [398, 370, 320], seed=1))  # seed 1 not at 8L
+    t = accuracy_table(df, "copy")
+    assert t.loc[("t5", 32), "256"].endswith("(1 seed)") and t.loc[("t5", 32), "interval"] == "t, 2 seeds"
+    no_l = frame([r for r in rows("rope", [396, 100, 0, 0]) if r["L_eval"] != 32])
+    assert set(accuracy_table(no_l, "copy").loc[("rope", 32)][["64", "128", "256"]]) == {"no number at L"}

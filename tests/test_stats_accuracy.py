@@ -56,7 +56,13 @@ def test_400_examples_resolve_ten_points_at_fifty_percent():
 def test_one_seed_is_wilson_and_several_are_t_over_the_per_seed_accuracies():
     assert accuracy_interval([(30, 40)]) == wilson_interval(30, 40)
     iv = accuracy_interval([(30, 40), (36, 40), (33, 40)])
-    assert iv == seed_interval([0.75, 0.9, 0.825]) and iv.method == T_METHOD and iv.n == 3
+    t = seed_interval([0.75, 0.9, 0.825])
+    assert (iv.lo, iv.hi) == (t.lo, 1.0) and t.hi > 1.0  # t over the seeds (wider than pooled Wilson), clipped
+    assert iv.method == T_METHOD and iv.n == 3
+    same = accuracy_interval([(400, 400)] * 3)  # seeds that agree: the t interval has no width, the examples do
+    assert same.hi == 1.0 and same.lo == wilson_interval(1200, 1200).lo < 1.0
+    low = accuracy_interval([(10, 400), (0, 400), (0, 400)])
+    assert low.lo == 0.0 and low.hi == seed_interval([0.025, 0, 0]).hi  # clipped to [0, 1]
     with pytest.raises(ValueError):
         accuracy_interval([])
     with pytest.raises(ValueError):
@@ -78,6 +84,10 @@ def test_a_paired_difference_on_the_same_examples_with_one_seed():
     p = paired_accuracy({0: a}, {0: b})
     assert p.diff == pytest.approx(0.12) and (p.only_a, p.only_b) == (12, 0)
     assert p.p_value == pytest.approx(2 / 2**12) and p.verdict == "higher"
+    few = a.copy()
+    few[:4] = False  # 4 discordant examples, all A's: McNemar p = 0.125, whatever the bootstrap says
+    assert paired_accuracy({0: a}, {0: few}).p_value == 0.125
+    assert paired_accuracy({0: a}, {0: few}).verdict == "indistinguishable"
     assert p.interval.method == MCNEMAR_METHOD and p.interval.lo > 0
     assert paired_accuracy({0: b}, {0: a}).verdict == "lower"
     assert paired_accuracy({0: a}, {0: a}).verdict == "indistinguishable"

@@ -146,7 +146,7 @@ def test_accuracy_csv_has_the_documented_columns_and_its_checksum_in_meta_json(r
     rows = pd.read_csv(run.accuracy_csv)
     assert list(rows.columns) == ["task", "scheme", "base_scheme", "model", "L_train", "L_eval", "ratio", "depth",
                                   "exact_match", "token_accuracy", "solved", "examples", "answer_tokens", "seed",
-                                  "step", "precision", "status", "note", "outcomes"]
+                                  "step", "precision", "status", "note", "outcomes", "heldout"]
     ok = rows[rows["status"] == "ok"]  # one x (solved) or . per held-out example, in order
     assert all(len(o) == n and o.count("x") == s for o, n, s in zip(ok["outcomes"], ok["examples"], ok["solved"]))
     assert set(rows["status"]) <= {"ok", "not_applicable", "nonfinite"} and set(rows["precision"]) == {"fp32"}

@@ -10,6 +10,8 @@ for every run, so two runs are compared example by example (McNemar; pe_bench.st
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 from pe_bench.config import Config
@@ -24,7 +26,7 @@ from pe_bench.tasks import Task, TaskLengthError
 
 ACCURACY_COLUMNS = ["task", "scheme", "base_scheme", "model", "L_train", "L_eval", "ratio", "depth", "exact_match",
                     "token_accuracy", "solved", "examples", "answer_tokens", "seed", "step", "precision", "status",
-                    "note", "outcomes"]
+                    "note", "outcomes", "heldout"]
 SOLVED, MISSED = "x", "."  # an example's outcome in the outcomes column
 # A row is identified by every setting that changes its number (as eval.csv's EVAL_KEY).
 ACCURACY_KEY = ("scheme", "L_eval", "depth", "examples", "step", "precision")
@@ -57,18 +59,18 @@ def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.dev
                                                            cfg.eval.tokens_per_batch)
             except (TaskLengthError, LengthNotSupported) as e:
                 out.append({**at, "exact_match": "", "token_accuracy": "", "solved": "", "answer_tokens": 0,
-                            "status": "not_applicable", "note": str(e), "outcomes": ""})
+                            "status": "not_applicable", "note": str(e), "outcomes": "", "heldout": ""})
                 continue
             if not finite:
                 out.append({**at, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
                             "answer_tokens": scored, "status": "nonfinite",
                             "note": "non-finite logits: the model overflowed or its weights are not finite",
-                            "outcomes": ""})
+                            "outcomes": "", "heldout": ""})
                 continue
             solved = outcomes.count(SOLVED)
             out.append({**at, "exact_match": round(solved / len(batch.x), 6), "token_accuracy":
                         round(correct / scored, 6), "solved": solved, "answer_tokens": scored, "status": "ok",
-                        "note": "", "outcomes": outcomes})
+                        "note": "", "outcomes": outcomes, "heldout": heldout_digest(batch)})
         rows += out
         ok = [r for r in out if r["status"] == "ok"]
         if not quiet and per_length_lines():
@@ -103,6 +105,15 @@ def _score(model: Decoder, batch, positions: torch.Tensor | None, device: torch.
         correct += int((right & mask).sum())
         scored += int(mask.sum())
     return "".join(outcomes), correct, scored, finite
+
+
+def heldout_digest(batch) -> str:
+    """A hash of a held-out set's tokens and answer flags: two rows with the same one were scored on the same
+    examples in the same order."""
+    h = hashlib.sha256(batch.x.numpy().tobytes())
+    h.update(batch.y[:, -1:].numpy().tobytes())
+    h.update(batch.mask.numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def summary(rows: list[dict], train_len: int) -> str:

@@ -29,6 +29,7 @@ METRICS = {"exact_match": "exact match", "token_accuracy": "per-token accuracy"}
 LEARNT_AT_L = 0.9  # exact match at L below which a row's beyond-L cells say NOT_LEARNT
 EFFECTIVE_FRACTION = 0.8  # the effective length keeps exact match ≥ this fraction of its accuracy at L
 NOT_LEARNT = "not learnt at L"
+NO_L = "no number at L"  # past L, in a row with no exact match at L (not evaluated there, or no number)
 STATUS_ORDER = ("diverged", "nonfinite", "not_applicable", "ok")
 STATUS_TEXT = {"diverged": "diverged", "nonfinite": "nan", "not_applicable": "n/a"}
 
@@ -73,17 +74,21 @@ def _method(method: str, n: int) -> str:
 
 
 def not_learnt(at_l: float) -> bool:
-    """A row not learnt at L: its exact match there is below LEARNT_AT_L (or it has none)."""
+    """A row not learnt at L: its exact match there is below LEARNT_AT_L (NaN: no number at L, see NO_L)."""
     return not at_l >= LEARNT_AT_L
 
 
-def _cell_text(r: pd.Series, intervals: bool) -> str:
+def _cell_text(r: pd.Series, intervals: bool, row_seeds: int) -> str:
+    """A cell: 'mean ± std [lo, hi]', with '(k seeds)' when fewer seeds than its row's were evaluated there."""
     if r["status"] != "ok":
         return STATUS_TEXT.get(r["status"], "n/a")
+    if r["L_eval"] > r["L_train"] and math.isnan(r["at_L"]):
+        return NO_L
     if r["L_eval"] > r["L_train"] and not_learnt(r["at_L"]):
         return NOT_LEARNT
     text = f"{100 * r['mean']:.1f}" + (f" ± {100 * r['std']:.1f}" if r["seeds"] > 1 else "")
-    return text + (f" [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]" if intervals and r["method"] else "")
+    text += f" [{100 * r['lo']:.1f}, {100 * r['hi']:.1f}]" if intervals and r["method"] else ""
+    return text + (f" ({r['seeds']} seed{'s' * (r['seeds'] > 1)})" if r["seeds"] < row_seeds else "")
 
 
 def accuracy_table(df: pd.DataFrame, task: str, metric: str = "exact_match", intervals: bool = True) -> pd.DataFrame:
@@ -95,10 +100,11 @@ def accuracy_table(df: pd.DataFrame, task: str, metric: str = "exact_match", int
     table: dict[tuple[str, int], dict[str, str]] = {}
     for (label, L), g in c.groupby(["label", "L_train"], sort=True):
         by_n = {int(r["L_eval"]): r for _, r in g.iterrows()}
-        row = {str(n): _cell_text(by_n[n], intervals) if n in by_n else "—" for n in lengths}
-        row["seeds"] = str(int(g["seeds"].max()))
-        if metric == "exact_match":
-            row["interval"] = next((m for m in g["method"] if m), "")
+        seeds = int(g["seeds"].max())
+        row = {str(n): _cell_text(by_n[n], intervals, seeds) if n in by_n else "—" for n in lengths}
+        row["seeds"] = str(seeds)
+        if metric == "exact_match":  # the method of the cells with all the row's seeds
+            row["interval"] = next((m for m, k in zip(g["method"], g["seeds"]) if m and k == seeds), "")
         table[(label, int(L))] = row
     out = pd.DataFrame.from_dict(table, orient="index")
     out.index = out.index.set_names(["scheme", "L"])
@@ -111,9 +117,10 @@ def _markdown(t: pd.DataFrame) -> str:
 
 LEGEND = ("Cells: accuracy in % on the held-out examples (passkey: all depths pooled); exact match: the whole answer "
           "right under greedy decoding, with its 95 % interval in [ ] (one seed: Wilson over the examples; several: "
-          "mean ± std and Student-t over the seeds); per-token accuracy has no interval (the tokens of one example "
-          f"are not independent). `{NOT_LEARNT}`: the row's exact match at L is below {100 * LEARNT_AT_L:g} %, so "
-          "its beyond-L cells would measure the recipe, not extrapolation. `diverged`/`nan`: a replica gave no "
+          "mean ± std and Student-t over the seeds, at least the pooled examples' Wilson interval); per-token accuracy has no interval (the tokens of one example "
+          f"are not independent); `(k seeds)`: a cell evaluated by fewer seeds than its row. `{NOT_LEARNT}`: the "
+          f"row's exact match at L is below {100 * LEARNT_AT_L:g} %, so its beyond-L cells would measure the recipe, "
+          f"not extrapolation (`{NO_L}`: it has none). `diverged`/`nan`: a replica gave no "
           "number (never averaged in); `n/a`: the task or scheme cannot run at that length; `—`: not evaluated.")
 
 
@@ -143,20 +150,36 @@ def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataF
     return df, [out / "accuracy_long.csv", out / "accuracy.csv", out / "accuracy.md"]
 
 
-def _outcomes(g: pd.DataFrame) -> dict[int, np.ndarray] | None:
-    """seed → solved flags of a cell's held-out examples (depths in order); None when a seed has no outcomes."""
-    out = {}
+def _outcomes(g: pd.DataFrame) -> tuple[dict[int, np.ndarray], dict[int, tuple[str, ...]]] | None:
+    """(seed → solved flags of a cell's held-out examples, depths in order; seed → the held-out hashes they were
+    scored on), or None when a seed has no number or no per-example outcomes there."""
+    flags, sets = {}, {}
     for seed, s in g.sort_values("depth", kind="stable").groupby("seed"):
-        if (s["status"] != "ok").any() or (s["outcomes"] == "").any():
+        if (s["status"] != "ok").any() or (s["outcomes"] == "").any() or (s["heldout"] == "").any():
             return None
-        out[int(seed)] = np.frombuffer("".join(s["outcomes"]).encode(), dtype=np.uint8) == ord("x")
-    return out
+        flags[int(seed)] = np.frombuffer("".join(s["outcomes"]).encode(), dtype=np.uint8) == ord("x")
+        sets[int(seed)] = tuple(s["heldout"])
+    return flags, sets
+
+
+def _paired_row(task: str, L: int, n: int, a: str, b: str, ga: dict, gb: dict) -> dict:
+    """One row of :func:`compare_accuracy`: both rows' exact match over the common seeds, the paired difference."""
+    common = sorted(set(ga) & set(gb))
+    p = paired_accuracy({s: ga[s] for s in common}, {s: gb[s] for s in common})
+    one = p.p_value is not None
+    return {"task": task, "L": L, "L_eval": n, a: _pct(np.mean([ga[s].mean() for s in common])),
+            b: _pct(np.mean([gb[s].mean() for s in common])), "difference": _pct(p.diff),
+            "95% interval": f"[{_pct(p.interval.lo)}, {_pct(p.interval.hi)}]", f"only {a}": p.only_a,
+            f"only {b}": p.only_b, "McNemar p": f"{p.p_value:.3g}" if one else "",
+            "method": f"McNemar, {p.interval.n} examples" if one else _method(p.interval.method, p.interval.n),
+            "seeds": ",".join(map(str, common)), "verdict": p.verdict}
 
 
 def compare_accuracy(acc: Accuracy, a: str, b: str) -> pd.DataFrame:
-    """acc(A) − acc(B) in exact-match points at every length where both rows were scored on the same held-out
-    examples (same task options), paired example by example: McNemar with one common seed, t over the common seeds
-    with several. What could not be compared is listed in ``attrs['left_out']``."""
+    """acc(A) − acc(B) in exact-match points at every task and length where both rows were scored on the very same
+    held-out examples (their ``heldout`` hashes agree), paired example by example over the seeds both have: McNemar
+    with one common seed, t over the per-seed differences with several. What could not be compared (and the seeds
+    only one row has) is listed in ``attrs['left_out']``."""
     df = acc.df
     for name in (a, b):
         if name not in set(df["label"]):
@@ -164,24 +187,26 @@ def compare_accuracy(acc: Accuracy, a: str, b: str) -> pd.DataFrame:
                               f"{', '.join(sorted(set(df['label'])))}")
     rows, left = [], []
     d = df[df["label"].isin([a, b])]
-    for (task, L, _heldout, n), g in d.groupby(["task", "L_train", "heldout", "L_eval"], sort=True):
-        ga, gb = _outcomes(g[g["label"] == a]), _outcomes(g[g["label"] == b])
-        if ga is None or gb is None:
-            if len(set(g["label"])) == 2:
-                left.append(f"{task} L={L} at {n}: a row has no number or no per-example outcomes there "
-                            "(re-evaluate it with `pe-bench eval`)")
+    for (task, L, n), g in d.groupby(["task", "L_train", "L_eval"], sort=True):
+        if len(set(g["label"])) < 2:
             continue
-        if not set(ga) & set(gb):
-            left.append(f"{task} L={L} at {n}: no seed in common ({a}: {sorted(ga)}, {b}: {sorted(gb)})")
+        where = f"{task} L={L} at {n}"
+        oa, ob = _outcomes(g[g["label"] == a]), _outcomes(g[g["label"] == b])
+        if oa is None or ob is None:
+            left.append(f"{where}: a row has no number or no per-example outcomes there (re-evaluate it with "
+                        "`pe-bench eval`)")
             continue
-        p = paired_accuracy(ga, gb)
-        rows.append({"task": task, "L": int(L), "L_eval": int(n), a: _pct(np.mean([x.mean() for x in ga.values()])),
-                     b: _pct(np.mean([x.mean() for x in gb.values()])), "difference": _pct(p.diff),
-                     "95% interval": f"[{_pct(p.interval.lo)}, {_pct(p.interval.hi)}]",
-                     f"only {a}": p.only_a, f"only {b}": p.only_b,
-                     "McNemar p": "" if p.p_value is None else f"{p.p_value:.3g}",
-                     "method": _method(p.interval.method, p.interval.n) if p.p_value is None
-                     else f"McNemar, {p.interval.n} examples", "verdict": p.verdict})
+        common = sorted(set(oa[0]) & set(ob[0]))
+        if not common:
+            left.append(f"{where}: no seed in common ({a}: {sorted(oa[0])}, {b}: {sorted(ob[0])})")
+            continue
+        if any(oa[1][s] != ob[1][s] for s in common):
+            left.append(f"{where}: scored on different held-out examples (other task options or corpus)")
+            continue
+        only = sorted(set(oa[0]) ^ set(ob[0]))
+        if only:
+            left.append(f"{where}: seeds {only} of one row only are not in the paired difference")
+        rows.append(_paired_row(task, int(L), int(n), a, b, oa[0], ob[0]))
     if not rows:
         raise ConfigError(f"--compare {a} {b}: no task and length where both were scored on the same held-out "
                           "examples" + (f"; {left[0]}" if left else ""))

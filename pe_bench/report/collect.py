@@ -260,8 +260,6 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         d = pd.DataFrame(rows).reindex(columns=ACCURACY_COLUMNS)
         d.insert(0, "run", run.path.name)
         d["config"] = config_id
-        # the held-out examples are a function of the task's options alone: runs with the same heldout are paired
-        d["heldout"] = digest({k: v for k, v in flat[config_id].items() if k.startswith("task.")})
         d["chance"] = _chance(cfg, pd.to_numeric(d["L_eval"]))
         frames.append(d)
     if not frames:
@@ -271,7 +269,8 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         df[c] = pd.to_numeric(df[c])
     for c in ("exact_match", "token_accuracy", "solved"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
-    df["outcomes"] = df["outcomes"].fillna("").astype(str)
+    for c in ("outcomes", "heldout"):
+        df[c] = df[c].fillna("").astype(str)
     df["depth"] = df["depth"].fillna("").astype(str)
     df = _without_copies(df, ACCURACY_KEY, left)
     # Keys that differ between the configurations of one task (other than the scheme and seed) go into the label.
@@ -319,7 +318,7 @@ def _diverged_accuracy_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str,
              "depth": "" if d is None else d, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
              "examples": cfg.task.eval_examples, "answer_tokens": 0, "seed": cfg.seed, "step": "",
              "precision": "", "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}",
-             "outcomes": ""}
+             "outcomes": "", "heldout": ""}
             for n in run_lengths(cfg) for d in depths]
 
 

@@ -7,6 +7,7 @@ literature's question, train on numbers of ≤ n digits and add numbers of 2n–
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,17 @@ class Addition(SyntheticTask):
     def options_problem(cls, options: AdditionOptions) -> str | None:  # type: ignore[override]
         if options.abacus_max_offset != AdditionOptions().abacus_max_offset and not options.abacus:
             return "task.abacus_max_offset is read with task.abacus=true only; set task.abacus=true or remove it"
+        if options.abacus and not options.reverse_digits:
+            return ("task.abacus=true counts digits from each number's first token, which must be its least "
+                    "significant digit; keep task.reverse_digits=true")
         return None
+
+    @classmethod
+    def identity(cls, keys: dict[str, Any]) -> dict[str, Any] | None:
+        """Without Abacus digit positions, the identity of the time before they existed (the same run names)."""
+        if keys.get("abacus"):
+            return keys
+        return {k: v for k, v in keys.items() if k not in ("abacus", "abacus_max_offset")}
 
     @classmethod
     def digit_positions(cls, options: TaskOptions) -> tuple[tuple[int, ...], int] | None:
