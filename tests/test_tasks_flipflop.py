@@ -128,3 +128,34 @@ def test_heldout_examples_fill_their_length_and_chance_is_a_guessed_bit_per_read
     assert t.chance(32) == pytest.approx(0.2438375, abs=1e-7)
     assert np.mean([2.0**-r for r in reads]) == pytest.approx(t.chance(n), rel=0.5)
     assert t.vocab_size == SYMBOL0 + 3
+
+
+def test_a_run_is_also_scored_on_sparse_and_dense_sequences_as_their_own_rows(tmp_path):
+    """The paper's out-of-distribution tests: FFL(0.98) and FFL(0.1) beside the training FFL(0.8), each its own
+    table (the task column), its own chance, a diverged run's rows for every one of them."""
+    import json
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from pe_bench.cli import app
+    from pe_bench.report import collect_accuracy
+    from pe_bench.runs import Run
+
+    r = CliRunner().invoke(app, ["train", "task=flipflop", "scheme=rope", "train=smoke", "model.n_layers=1",
+                                 "model.d_model=16", "model.n_heads=2", "task.eval_examples=4",
+                                 "eval.variants=false", f"results_dir={tmp_path}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    run = Run(next((tmp_path / "runs").iterdir()))
+    rows = pd.read_csv(run.accuracy_csv)
+    assert sorted(set(rows["task"])) == ["flipflop", "flipflop[ignore_prob=0.1]", "flipflop[ignore_prob=0.98]"]
+    assert (rows.groupby("task").size() == 4).all()  # L…8L each
+    assert len(set(rows["heldout"])) == 12  # other examples for every density and length
+    acc = collect_accuracy([run])
+    chance = acc.df.set_index(["task", "L_eval"])["chance"]
+    dense = build_task(TaskConfig(name="flipflop", ignore_prob=0.1))
+    assert chance[("flipflop[ignore_prob=0.1]", 64)] == dense.chance(64)
+    assert chance[("flipflop", 64)] == build_task(TaskConfig(name="flipflop")).chance(64)
+    run.meta_path.write_text(json.dumps({**run.meta(), "status": "diverged", "diverged_step": 3}))
+    diverged = collect_accuracy([run]).df
+    assert sorted(set(diverged["task"])) == sorted(set(rows["task"])) and set(diverged["status"]) == {"diverged"}

@@ -29,61 +29,67 @@ ACCURACY_COLUMNS = ["task", "scheme", "base_scheme", "model", "L_train", "L_eval
                     "note", "outcomes", "heldout"]
 SOLVED, MISSED = "x", "."  # an example's outcome in the outcomes column
 # A row is identified by every setting that changes its number (as eval.csv's EVAL_KEY).
-ACCURACY_KEY = ("scheme", "L_eval", "depth", "examples", "step", "precision")
+ACCURACY_KEY = ("task", "scheme", "L_eval", "depth", "examples", "step", "precision")
 
 
 @torch.inference_mode()
 def evaluate_accuracy(model: Decoder, cfg: Config, task: Task, device: torch.device, step: int | None = None,
                       name: str = "", quiet: bool = False) -> list[dict]:
-    """One row per eval length (× depth for passkey): exact match, per-token accuracy and their counts. A length
-    the task or the scheme cannot run at is a ``not_applicable`` row saying why; non-finite logits ``nonfinite``."""
+    """One row per eval length (× depth for passkey) of the task and of each of its evaluation variants (flip-flop's
+    sparse and dense sequences; the ``task`` column names them): exact match, per-token accuracy and their counts. A
+    length the task or the scheme cannot run at is a ``not_applicable`` row saying why; non-finite logits
+    ``nonfinite``."""
     L = reference_length(cfg)
     bf16 = use_bf16(cfg.train, device)
     label = model.label()
-    base = {"task": cfg.task.name, "scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
+    base = {"scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
             "L_train": L, "seed": cfg.seed, "step": cfg.train.steps if step is None else step,
             "precision": "bf16" if bf16 else "fp32", "examples": cfg.task.eval_examples}
     head = " ".join(x for x in (name, "eval", label if label != cfg.scheme.get("name") else "") if x)
     rows = []
     model.eval()
-    for length in run_lengths(cfg):
-        check_stop(f"before evaluating at length {length}")
-        common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
-        out = []
-        for depth in task.eval_depths():
-            at = {**common, "depth": "" if depth is None else depth}
-            try:
-                batch = task.heldout_set(length, cfg.task.eval_examples, depth)
-                positions = eval_positions(cfg, length, device)
-                outcomes, correct, scored, finite = _score(model, batch, positions, device, bf16,
-                                                           cfg.eval.tokens_per_batch)
-            except (TaskLengthError, LengthNotSupported) as e:
-                out.append({**at, "exact_match": "", "token_accuracy": "", "solved": "", "answer_tokens": 0,
-                            "status": "not_applicable", "note": str(e), "outcomes": "", "heldout": ""})
-                continue
-            if not finite:
-                out.append({**at, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
-                            "answer_tokens": scored, "status": "nonfinite",
-                            "note": "non-finite logits: the model overflowed or its weights are not finite",
-                            "outcomes": "", "heldout": ""})
-                continue
-            solved = outcomes.count(SOLVED)
-            out.append({**at, "exact_match": round(solved / len(batch.x), 6), "token_accuracy":
-                        round(correct / scored, 6), "solved": solved, "answer_tokens": scored, "status": "ok",
-                        "note": "", "outcomes": outcomes, "heldout": heldout_digest(batch)})
-        rows += out
-        ok = [r for r in out if r["status"] == "ok"]
-        if not quiet and per_length_lines():
-            if ok:
-                em = sum(r["solved"] for r in ok) / sum(r["examples"] for r in ok)
-                ta = sum(r["token_accuracy"] * r["answer_tokens"] for r in ok) / sum(r["answer_tokens"] for r in ok)
-                say(f"{head} L={length}: exact match {em:.1%}, token accuracy {ta:.1%} "
-                    f"({sum(r['examples'] for r in ok)} held-out examples)")
-            else:
-                say(f"{head} L={length}: {out[0]['status']} ({out[0]['note']})")
+    for task_label, t in [(cfg.task.name, task), *task.eval_variants()]:
+        for length in run_lengths(cfg):
+            check_stop(f"before evaluating at length {length}")
+            common = {**base, "task": task_label, "L_eval": length, "ratio": round(length / L, 4)}
+            out = [_row(model, cfg, t, {**common, "depth": "" if d is None else d}, d, device, bf16)
+                   for d in t.eval_depths()]
+            rows += out
+            if not quiet and per_length_lines():
+                say(f"{head}{'' if t is task else ' ' + task_label} L={length}: {_length_line(out)}")
     if not quiet and not per_length_lines():  # a log file: one line for every length
-        say(f"{head}: {summary(rows, L)}")
+        say(f"{head}: {summary([r for r in rows if r['task'] == cfg.task.name], L)}")
     return rows
+
+
+def _row(model: Decoder, cfg: Config, task: Task, at: dict, depth: float | None, device: torch.device,
+         bf16: bool) -> dict:
+    """The accuracy row of one held-out set (length, depth)."""
+    try:
+        batch = task.heldout_set(at["L_eval"], cfg.task.eval_examples, depth)
+        positions = eval_positions(cfg, at["L_eval"], device)
+        outcomes, correct, scored, finite = _score(model, batch, positions, device, bf16, cfg.eval.tokens_per_batch)
+    except (TaskLengthError, LengthNotSupported) as e:
+        return {**at, "exact_match": "", "token_accuracy": "", "solved": "", "answer_tokens": 0,
+                "status": "not_applicable", "note": str(e), "outcomes": "", "heldout": ""}
+    if not finite:
+        return {**at, "exact_match": "nan", "token_accuracy": "nan", "solved": "", "answer_tokens": scored,
+                "status": "nonfinite", "note": "non-finite logits: the model overflowed or its weights are not finite",
+                "outcomes": "", "heldout": ""}
+    solved = outcomes.count(SOLVED)
+    return {**at, "exact_match": round(solved / len(batch.x), 6), "token_accuracy": round(correct / scored, 6),
+            "solved": solved, "answer_tokens": scored, "status": "ok", "note": "", "outcomes": outcomes,
+            "heldout": heldout_digest(batch)}
+
+
+def _length_line(out: list[dict]) -> str:
+    """'exact match 98.0%, token accuracy 99.1% (400 held-out examples)' over the ok rows of one length."""
+    ok = [r for r in out if r["status"] == "ok"]
+    if not ok:
+        return f"{out[0]['status']} ({out[0]['note']})"
+    em = sum(r["solved"] for r in ok) / sum(r["examples"] for r in ok)
+    ta = sum(r["token_accuracy"] * r["answer_tokens"] for r in ok) / sum(r["answer_tokens"] for r in ok)
+    return f"exact match {em:.1%}, token accuracy {ta:.1%} ({sum(r['examples'] for r in ok)} held-out examples)"
 
 
 def _score(model: Decoder, batch, positions: torch.Tensor | None, device: torch.device, bf16: bool,

@@ -28,7 +28,7 @@ from pe_bench.tasks import build_task
 FINETUNE_COLUMNS = ("ft_parent", "ft_steps", "ft_method", "bare")  # collect_all's columns for the extension table
 PERPLEXITY_KEY = ["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision",
                   "tokens_scored"]  # a row of one run: a second row with the same key is a second copy of the run
-ACCURACY_KEY = ["config", "seed", "scheme", "L_eval", "depth", "examples", "step", "precision"]
+ACCURACY_KEY = ["config", "seed", "task", "scheme", "L_eval", "depth", "examples", "step", "precision"]
 
 
 @dataclass
@@ -260,7 +260,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         d = pd.DataFrame(rows).reindex(columns=ACCURACY_COLUMNS)
         d.insert(0, "run", run.path.name)
         d["config"] = config_id
-        d["chance"] = _chance(cfg, pd.to_numeric(d["L_eval"]))
+        d["chance"] = _chance(cfg, d)
         frames.append(d)
     if not frames:
         return Accuracy(pd.DataFrame(), left, metas)
@@ -286,14 +286,20 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
     return Accuracy(df, left, metas)
 
 
-def _chance(cfg: Config, lengths: pd.Series) -> list[float]:
-    """Exact match by guessing at each length (NaN where the task does not say, or cannot build that length)."""
+def _scored_tasks(cfg: Config) -> dict[str, tasks.SyntheticTask]:
+    """The task of a run and its evaluation variants, by the label of their rows."""
     task = build_task(cfg.task, {"train": np.zeros(1), "validation": np.zeros(1)})
+    return {cfg.task.name: task, **dict(task.eval_variants())}
+
+
+def _chance(cfg: Config, d: pd.DataFrame) -> list[float]:
+    """Exact match by guessing for each row (NaN where the task does not say, or cannot build that length)."""
+    scored = _scored_tasks(cfg)
     out = []
-    for n in lengths.astype(int):
+    for label, n in zip(d["task"], pd.to_numeric(d["L_eval"])):
         try:
-            out.append(float(task.chance(int(n))))
-        except (NotImplementedError, tasks.TaskLengthError):
+            out.append(float(scored[label].chance(int(n))))
+        except (KeyError, NotImplementedError, tasks.TaskLengthError):
             out.append(float("nan"))
     return out
 
@@ -311,15 +317,14 @@ def _accuracy_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str
 
 def _diverged_accuracy_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """Accuracy rows that say 'diverged' at every length and depth the run would have been evaluated at."""
-    depths = build_task(cfg.task, {"train": np.zeros(1), "validation": np.zeros(1)}).eval_depths()
     L = reference_length(cfg)
-    return [{"task": cfg.task.name, "scheme": cfg.scheme["name"], "base_scheme": cfg.scheme["name"],
+    return [{"task": label, "scheme": cfg.scheme["name"], "base_scheme": cfg.scheme["name"],
              "model": cfg.model.name, "L_train": L, "L_eval": n, "ratio": round(n / L, 4),
              "depth": "" if d is None else d, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
              "examples": cfg.task.eval_examples, "answer_tokens": 0, "seed": cfg.seed, "step": "",
              "precision": "", "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}",
              "outcomes": "", "heldout": ""}
-            for n in run_lengths(cfg) for d in depths]
+            for label, task in _scored_tasks(cfg).items() for n in run_lengths(cfg) for d in task.eval_depths()]
 
 
 def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.DataFrame:

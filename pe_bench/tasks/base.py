@@ -213,6 +213,11 @@ class SyntheticTask(Task):
         depths = rng.random(count) if depth is None else [depth] * count
         return self.collate([self.draw(rng, size, float(d), heldout=True) for d in depths], n)
 
+    def eval_variants(self) -> list[tuple[str, SyntheticTask]]:
+        """Other held-out distributions a run of this task is also scored on, each with the label of its rows
+        (``task[option=value]``): the same model, other examples (flip-flop's sparse and dense sequences)."""
+        return []
+
     def eval_depths(self) -> list[float | None]:
         """The depths evaluated at each length (None: the task has no depth)."""
         return [None]

@@ -2,11 +2,13 @@
 ``BOS w b i b … r b`` — instructions write, ignore or read, each followed by a bit; a read's bit is the last written
 one, however far back. FFL(p): each instruction after the first (a write) is an ignore with probability p, else a
 write or a read alike; the last is a read, so every example asks at least once. Every read's bit is scored; exact
-match is every read of an example right (the paper's glitch rate is its complement)."""
+match is every read of an example right (the paper's glitch rate is its complement). As in the paper, a run is also
+scored on sparse FFL(0.98) and dense FFL(0.1) sequences (rows ``flipflop[ignore_prob=0.98]`` and ``…=0.1]``):
+long-range reads and many reads in a row, out of the training distribution."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from pe_bench.ranges import ranged
 from pe_bench.tasks.base import BOS, DIGIT0, SYMBOL0, SyntheticOptions, SyntheticTask
 
 WRITE, IGNORE, READ = 0, 1, 2  # instruction tokens SYMBOL0 + 0..2
+SPARSE, DENSE = 0.98, 0.1  # the paper's out-of-distribution ignore probabilities (FFL(0.98), FFL(0.1))
 
 
 @dataclass
@@ -42,6 +45,10 @@ class FlipFlop(SyntheticTask):
         # read, each of the others a read with probability (1 - p)/2: E[2^-reads]
         p_read = (1 - self.cfg.ignore_prob) / 2
         return 0.5 * (1 - p_read / 2) ** (self.max_size(n) - 2)
+
+    def eval_variants(self) -> list[tuple[str, SyntheticTask]]:
+        return [(f"{self.name}[ignore_prob={p:g}]", FlipFlop(replace(self.cfg, ignore_prob=p)))
+                for p in (SPARSE, DENSE) if p != self.cfg.ignore_prob]
 
     def example(self, rng, size, depth, split):
         p = self.cfg.ignore_prob
