@@ -56,21 +56,14 @@ def report(ctx: typer.Context,
         return
     reported = Reported()
     if got.runs["accuracy"]:
-        beside = None
-        if not got.perplexity.df.empty:
-            from pe_bench.report.leaderboard import perplexity_columns
-
-            beside = perplexity_columns(got.perplexity, split)
-        reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots, beside=beside)
+        reported += _report_tasks(got, out, plots, split)
         if not got.runs["perplexity"]:
             write_pages(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
             return
     runs = got.runs["perplexity"]
     col, pos = got.perplexity, collect_positions(runs, unplotted := [])
-    for line in col.left_out:
-        warn(f"left out: {line}")
-    for line in unplotted:
-        warn(f"left out of the plots: {line}")
+    for line in [f"left out: {x}" for x in col.left_out] + [f"left out of the plots: {x}" for x in unplotted]:
+        warn(line)
     if col.df.empty:
         raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
                           "out, above)")
@@ -119,6 +112,17 @@ def _print_comparison(t: pd.DataFrame, compare: tuple[str, str], split: str) -> 
     for row in t.itertuples(index=False):
         table.add_row(*[escape(str(v)) for v in row])
     console.print(table)
+
+
+def _report_tasks(got, out: Path, plots: bool, split: str) -> Reported:
+    """The task runs' tables, leaderboard and plots; beside the effective lengths, the perplexity at the longest
+    length over L of the language-model runs reported with them."""
+    beside = None
+    if not got.perplexity.df.empty:
+        from pe_bench.report.leaderboard import perplexity_columns
+
+        beside = perplexity_columns(got.perplexity, split)
+    return report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots, beside=beside)
 
 
 def _has_rows(df: pd.DataFrame, names: tuple[str, str]) -> bool:
