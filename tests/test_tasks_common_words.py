@@ -10,25 +10,16 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from task_examples import examples, questions
 
 from pe_bench.config import ConfigError, TaskConfig, compose
-from pe_bench.tasks import BOS, HELDOUT_BUCKETS, PAD, SEP, SYMBOL0, TaskLengthError, build_task
+from pe_bench.tasks import BOS, HELDOUT_BUCKETS, SEP, SYMBOL0, TaskLengthError, build_task
 
 NAME = "common_words"
 
 
 def task(**options):
     return build_task(TaskConfig(name=NAME, **options))
-
-
-def examples(b) -> list[tuple[list[int], list[bool]]]:
-    """(tokens, answer flags) of each example of a batch, without its padding."""
-    out = []
-    for i in range(len(b.x)):
-        tokens, flags = [int(b.x[i, 0])] + b.y[i].tolist(), [False] + b.mask[i].tolist()
-        end = max(j for j, t in enumerate(tokens) if t != PAD) + 1
-        out.append((tokens[:end], flags[:end]))
-    return out
 
 
 def show(tokens: list[int], flags: list[bool]) -> str:
@@ -77,10 +68,6 @@ def test_the_answer_is_the_common_words_in_ascending_order(options, n):
         for tokens, flags in split:
             answer = [tok for tok, f in zip(tokens, flags) if f]
             assert answer == read_answer(tokens, t.cfg)
-
-
-def questions(b) -> set[bytes]:
-    return {np.asarray(tokens[: flags.index(True)], dtype=np.uint16).tobytes() for tokens, flags in examples(b)}
 
 
 def test_heldout_questions_never_appear_in_training():

@@ -4,29 +4,18 @@ and the config."""
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
+from task_examples import check_heldout_never_trained, examples
 
 from pe_bench.config import ConfigError, TaskConfig, compose
-from pe_bench.tasks import BOS, DIGIT0, HELDOUT_BUCKETS, PAD, SEP, SYMBOL0, TaskLengthError, build_task
+from pe_bench.tasks import BOS, DIGIT0, SEP, SYMBOL0, TaskLengthError, build_task
 
 NAME = "counting"
 
 
 def task(**options):
     return build_task(TaskConfig(name=NAME, **{"symbols": 10, **options}))  # configs/task/counting.yaml's alphabet
-
-
-def examples(b) -> list[tuple[list[int], list[bool]]]:
-    """(tokens, answer flags) of each example of a batch, without its padding."""
-    out = []
-    for i in range(len(b.x)):
-        tokens, flags = [int(b.x[i, 0])] + b.y[i].tolist(), [False] + b.mask[i].tolist()
-        end = max(j for j, t in enumerate(tokens) if t != PAD) + 1
-        out.append((tokens[:end], flags[:end]))
-    return out
 
 
 def show(tokens: list[int], flags: list[bool]) -> str:
@@ -85,24 +74,13 @@ def test_the_count_grows_with_the_length():
     assert max(train) < min(far) and np.mean(far) == pytest.approx(t.max_size(256) / 10, rel=0.15)
 
 
-def questions(b) -> set[bytes]:
-    return {np.asarray(tokens[: flags.index(True)], dtype=np.uint16).tobytes() for tokens, flags in examples(b)}
-
-
 def test_heldout_questions_never_appear_in_training():
     """Strings of 3 of 3 letters, one asked (81 questions): training draws almost all of its own, never a held-out
     one; the held-out ones hash to bucket 0."""
     t = task(symbols=3, count_digits=1, train_lengths="fixed")
     n = 6
     assert t.max_size(n) == 3
-    train = set()
-    for seed in range(40):
-        train |= questions(t.train_batch(np.random.default_rng(seed), 64, n))
-    heldout = questions(t.heldout_set(n, 200))
-    assert heldout and len(train) > 60
-    assert not train & heldout
-    assert all(zlib.crc32(q) % HELDOUT_BUCKETS == 0 for q in heldout)
-    assert all(zlib.crc32(q) % HELDOUT_BUCKETS for q in train)
+    check_heldout_never_trained(t, n, 60)
 
 
 @pytest.mark.parametrize("n", [32, 64, 256])

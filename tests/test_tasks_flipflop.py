@@ -4,13 +4,12 @@ never trained on, the lengths the examples fill, chance, and the config."""
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
+from task_examples import check_heldout_never_trained, examples
 
 from pe_bench.config import ConfigError, TaskConfig, compose
-from pe_bench.tasks import BOS, DIGIT0, HELDOUT_BUCKETS, PAD, SYMBOL0, build_task
+from pe_bench.tasks import BOS, DIGIT0, PAD, SYMBOL0, build_task
 
 WRITE, IGNORE, READ = SYMBOL0, SYMBOL0 + 1, SYMBOL0 + 2
 
@@ -59,16 +58,6 @@ def test_flipflop_composes_with_its_option_and_refuses_an_ignore_probability_of_
         compose(["task=copy", "task.ignore_prob=0.5"])
 
 
-def examples(b) -> list[tuple[list[int], list[bool]]]:
-    """(tokens, scored flags) of each example of a batch, without its padding."""
-    out = []
-    for i in range(len(b.x)):
-        tokens, flags = [int(b.x[i, 0])] + b.y[i].tolist(), [False] + b.mask[i].tolist()
-        end = max(j for j, t in enumerate(tokens) if t != PAD) + 1
-        out.append((tokens[:end], flags[:end]))
-    return out
-
-
 def show(tokens: list[int], flags: list[bool]) -> str:
     """B, then each instruction w/i/r with its bit; a scored bit in brackets."""
     assert tokens[0] == BOS
@@ -101,14 +90,7 @@ def test_heldout_sequences_never_appear_in_training():
     def seq(b) -> set[bytes]:
         return {np.asarray(tokens, dtype=np.uint8).tobytes() for tokens, _ in examples(b)}
 
-    train = set()
-    for seed in range(40):
-        train |= seq(t.train_batch(np.random.default_rng(seed), 64, n))
-    heldout = seq(t.heldout_set(n, 200))
-    assert heldout and len(train) > 100
-    assert not train & heldout
-    assert all(zlib.crc32(q) % HELDOUT_BUCKETS == 0 for q in heldout)
-    assert all(zlib.crc32(q) % HELDOUT_BUCKETS for q in train)
+    check_heldout_never_trained(t, n, 100, seq)
 
 
 @pytest.mark.parametrize("n", [32, 64, 256])

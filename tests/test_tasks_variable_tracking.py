@@ -3,29 +3,18 @@ held-out questions never trained on, the lengths the examples fill, chance, and 
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 import pytest
+from task_examples import check_heldout_never_trained, examples
 
 from pe_bench.config import ConfigError, TaskConfig, compose
-from pe_bench.tasks import BOS, DIGIT0, HELDOUT_BUCKETS, MARK, PAD, SEP, SYMBOL0, build_task
+from pe_bench.tasks import BOS, DIGIT0, MARK, SEP, SYMBOL0, build_task
 
 NAME = "variable_tracking"
 
 
 def task(**options):
     return build_task(TaskConfig(name=NAME, **options))
-
-
-def examples(b) -> list[tuple[list[int], list[bool]]]:
-    """(tokens, answer flags) of each example of a batch, without its padding."""
-    out = []
-    for i in range(len(b.x)):
-        tokens, flags = [int(b.x[i, 0])] + b.y[i].tolist(), [False] + b.mask[i].tolist()
-        end = max(j for j, t in enumerate(tokens) if t != PAD) + 1
-        out.append((tokens[:end], flags[:end]))
-    return out
 
 
 def show(tokens: list[int], flags: list[bool], symbols: int = 16) -> str:
@@ -91,24 +80,13 @@ def test_the_answer_is_every_variable_bound_to_the_asked_value(options, n):
             assert answer == read_answer(tokens, t.cfg)
 
 
-def questions(b) -> set[bytes]:
-    return {np.asarray(tokens[: flags.index(True)], dtype=np.uint16).tobytes() for tokens, flags in examples(b)}
-
-
 def test_heldout_questions_never_appear_in_training():
     """One chain of one hop over 2 names, 1-digit values, a 2-letter filler of 1 (120 questions): training draws
     almost all of its own, never a held-out one; the held-out ones hash to bucket 0."""
     t = task(hops=1, chains=1, variable_names=2, value_digits=1, symbols=2, train_lengths="fixed")
     n = 11
     assert t.max_size(n) == 1
-    train = set()
-    for seed in range(40):
-        train |= questions(t.train_batch(np.random.default_rng(seed), 64, n))
-    heldout = questions(t.heldout_set(n, 200))
-    assert heldout and len(train) > 90
-    assert not train & heldout
-    assert all(zlib.crc32(q) % HELDOUT_BUCKETS == 0 for q in heldout)
-    assert all(zlib.crc32(q) % HELDOUT_BUCKETS for q in train)
+    check_heldout_never_trained(t, n, 90)
 
 
 @pytest.mark.parametrize("n", [32, 64, 256])
