@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pe_bench.tasks import HELDOUT_BUCKETS, PAD
+from pe_bench.tasks import BOS, DIGIT0, HELDOUT_BUCKETS, MARK, PAD, SEP, SYMBOL0
 
 
 def examples(b) -> list[tuple[list[int], list[bool]]]:
@@ -38,3 +38,18 @@ def check_heldout_never_trained(task, n: int, min_train: int,
     assert not train & heldout
     assert all(zlib.crc32(q) % HELDOUT_BUCKETS == 0 for q in heldout)
     assert all(zlib.crc32(q) % HELDOUT_BUCKETS for q in train)
+
+
+def show(tokens: list[int], flags: list[bool], symbols: int = 16, names: str = "K") -> str:
+    """An example as text: B (BOS), | (SEP), * (MARK), digits, the first ``symbols`` task symbols as letters a…, the
+    next ones as ``names`` 0, 1, …; `=` before the answer (which must be the example's last tokens)."""
+    def word(t: int) -> str:
+        if t < DIGIT0:
+            return {BOS: "B", SEP: "|", MARK: "*"}[t]
+        if t < SYMBOL0:
+            return str(t - DIGIT0)
+        return chr(ord("a") + t - SYMBOL0) if t < SYMBOL0 + symbols else f"{names}{t - SYMBOL0 - symbols}"
+
+    k = flags.index(True)
+    assert all(flags[k:]) and not any(flags[:k])
+    return " ".join(map(word, tokens[:k])) + " = " + " ".join(map(word, tokens[k:]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from task_examples import check_heldout_never_trained, examples
+from task_examples import check_heldout_never_trained, examples, show
 
 from pe_bench.config import ConfigError, TaskConfig, compose
 from pe_bench.tasks import BOS, DIGIT0, MARK, SEP, SYMBOL0, build_task
@@ -15,20 +15,6 @@ NAME = "needle_multikey"
 
 def task(**options):
     return build_task(TaskConfig(name=NAME, **options))
-
-
-def show(tokens: list[int], flags: list[bool], symbols: int = 16) -> str:
-    """B, |, *, digits, filler letters a…, keys K0…; `=` before the answer."""
-    def word(t: int) -> str:
-        if t < DIGIT0:
-            return {BOS: "B", SEP: "|", MARK: "*"}[t]
-        if t < SYMBOL0:
-            return str(t - DIGIT0)
-        return chr(ord("a") + t - SYMBOL0) if t < SYMBOL0 + symbols else f"K{t - SYMBOL0 - symbols}"
-
-    k = flags.index(True)
-    assert all(flags[k:]) and not any(flags[:k])
-    return " ".join(map(word, tokens[:k])) + " = " + " ".join(map(word, tokens[k:]))
 
 
 def test_pinned_examples():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import task_examples
 from task_examples import check_heldout_never_trained, examples
 
 from pe_bench.config import ConfigError, TaskConfig, compose
@@ -18,17 +19,8 @@ def task(**options):
 
 
 def show(tokens: list[int], flags: list[bool], symbols: int = 16) -> str:
-    """B, |, *, digits, filler letters a…, variables x0…; `=` before the answer."""
-    def word(t: int) -> str:
-        if t < DIGIT0:
-            return {BOS: "B", SEP: "|", MARK: "*"}[t]
-        if t < SYMBOL0:
-            return str(t - DIGIT0)
-        return chr(ord("a") + t - SYMBOL0) if t < SYMBOL0 + symbols else f"x{t - SYMBOL0 - symbols}"
-
-    k = flags.index(True)
-    assert all(flags[k:]) and not any(flags[:k])
-    return " ".join(map(word, tokens[:k])) + " = " + " ".join(map(word, tokens[k:]))
+    """Variables as x0, x1, …"""
+    return task_examples.show(tokens, flags, symbols, names="x")
 
 
 def test_pinned_examples():
