@@ -70,6 +70,9 @@ class First(SyntheticTask):
     def max_size(self, n: int) -> int:
         return n - 2  # BOS + k + SEP + 1 = n + 1
 
+    def chance(self, n: int) -> float:
+        return 1 / self.cfg.alphabet
+
     def example(self, rng, size, depth, split):
         string = SYMBOL0 + rng.integers(0, self.cfg.alphabet, size=size)
         tokens = [BOS, *string, SEP, string[0]]

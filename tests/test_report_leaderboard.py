@@ -129,3 +129,10 @@ def test_a_cell_with_fewer_seeds_than_its_row_says_so_and_a_row_without_L_says_n
     assert t.loc[("t5", 32), "256"].endswith("(1 seed)") and t.loc[("t5", 32), "interval"] == "t, 2 seeds"
     no_l = frame([r for r in rows("rope", [396, 100, 0, 0]) if r["L_eval"] != 32])
     assert set(accuracy_table(no_l, "copy").loc[("rope", 32)][["64", "128", "256"]]) == {"no number at L"}
+
+
+def test_a_task_that_does_not_say_its_chance_is_named_on_the_page():
+    df = frame(rows("alibi", [396, 380, 200, 10], task="first", chance=float("nan")))
+    b = leaderboard(df)
+    assert b.iloc[0]["effective_length"] == 64 and pd.isna(b.iloc[0]["chance_at_effective"])
+    assert "Chance unknown (the task defines no `chance()`), so 0 is the floor: first." in leaderboard_markdown(b, "t")

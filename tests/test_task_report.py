@@ -173,3 +173,19 @@ def test_report_writes_the_leaderboard_and_compares_two_rows_on_the_same_example
     assert "verdict: copy (L=32): rope higher at" in text and "of 4 lengths than nope (paired, 95 %)" in text
     r = runner.invoke(app, ["report", str(root), "--compare", "rope", "alibi"])  # never on the same task
     assert r.exit_code == 2 and "no task and length where both were scored" in r.output
+
+
+def test_the_committed_task_runs_rebuild_the_committed_task_tables_and_leaderboard(tmp_path):
+    """results/tasks/COMMAND.txt: `pe-bench report results/tasks/runs` rebuilds the committed accuracy tables and
+    effective-length leaderboard, every number and interval, byte for byte; and results/leaderboard is the same runs
+    beside the default sweep's perplexity runs."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "results"
+    r = runner.invoke(app, ["report", str(root / "tasks" / "runs"), "--out", str(tmp_path / "t"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    for name in ("accuracy.csv", "accuracy_long.csv", "leaderboard.csv"):
+        assert (tmp_path / "t" / name).read_bytes() == (root / "tasks" / name).read_bytes(), name
+    board = pd.read_csv(root / "leaderboard" / "leaderboard.csv")
+    assert board.equals(pd.read_csv(tmp_path / "t" / "leaderboard.csv"))
+    assert "perplexity 8L/L (L=64)" in (root / "leaderboard" / "leaderboard.md").read_text()

@@ -56,7 +56,7 @@ def _entry(task: str, label: str, L: int, g: pd.DataFrame) -> dict:
     e = g[g["L_eval"] == eff].iloc[0]
     return {**base, "effective_length": eff, "effective_ratio": round(eff / L, 4), "effective_lo": lo or "",
             "effective_hi": hi, "longest_evaluated": int(g["L_eval"].max()), "at_effective": e["mean"],
-            "at_effective_lo": e["lo"], "at_effective_hi": e["hi"], "chance_at_effective": e["chance"],
+            "at_effective_lo": e["lo"], "at_effective_hi": e["hi"], "chance_at_effective": e["chance_given"],
             "status": "ok"}
 
 
@@ -69,7 +69,8 @@ def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
     for task in sorted(df["task"].unique()):
         c = cells(df, task)
         c["chance"] = [chance.get((task, r.label, r.L_train, r.L_eval), math.nan) for r in c.itertuples()]
-        c["chance"] = c["chance"].fillna(0.0)  # a task that does not say: no floor above 0
+        c["chance_given"] = c["chance"]
+        c["chance"] = c["chance"].fillna(0.0)  # a task that does not say: no floor above 0 (the page says so)
         for (label, L), g in c.groupby(["label", "L_train"], sort=True):
             out.append(_entry(task, label, int(L), g[g["L_eval"] >= L].sort_values("L_eval")))
     return pd.DataFrame(out).reindex(columns=COLUMNS)
@@ -127,6 +128,9 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | 
         md += [f"\n\n## {task}\n\n", markdown.table(["scheme", "L", "exact match at L", "effective length",
                                                      "exact match there", "seeds", "interval"], rows)]
     md.append(f"\n\n{LEGEND}\n")
+    unknown = sorted(set(board.loc[board["chance_at_effective"].isna() & (board["status"] == "ok"), "task"]))
+    if unknown:
+        md.append(f"\nChance unknown (the task defines no `chance()`), so 0 is the floor: {', '.join(unknown)}.\n")
     return "".join(md)
 
 
