@@ -136,3 +136,13 @@ def test_a_task_that_does_not_say_its_chance_is_named_on_the_page():
     b = leaderboard(df)
     assert b.iloc[0]["effective_length"] == 64 and pd.isna(b.iloc[0]["chance_at_effective"])
     assert "Chance unknown (the task defines no `chance()`), so 0 is the floor: first." in leaderboard_markdown(b, "t")
+
+
+def test_an_evaluation_variant_is_learnt_at_L_when_its_task_is():
+    """flipflop[ignore_prob=0.1] (dense sequences, out of distribution): its own low accuracy at L is the finding, not
+    the recipe failing, so its beyond-L cells are shown when flipflop itself is learnt."""
+    df = frame(rows("rope", [396, 390, 300, 100], task="flipflop"),
+               rows("rope", [100, 40, 10, 0], task="flipflop[ignore_prob=0.1]"),
+               rows("nope", [200, 0, 0, 0], task="flipflop"), rows("nope", [100, 0, 0, 0], task="flipflop[ignore_prob=0.1]"))
+    t = accuracy_table(df, "flipflop[ignore_prob=0.1]")
+    assert t.loc[("rope", 32), "64"].startswith("10.0") and t.loc[("nope", 32), "64"] == NOT_LEARNT

@@ -47,9 +47,11 @@ def per_seed(df: pd.DataFrame, metric: str = "exact_match") -> pd.DataFrame:
 
 def cells(df: pd.DataFrame, task: str, metric: str = "exact_match") -> pd.DataFrame:
     """One row per (label, L_train, L_eval) of a task: status, mean, std, the 95 % interval (lo, hi) of exact match
-    and its method, seeds, and ``at_L`` (the row's exact match at L; NaN when it has none)."""
+    and its method, seeds, and ``at_L`` (the row's exact match at L on the task it was trained on — for an evaluation
+    variant, its task's; NaN when it has none)."""
     d = per_seed(df[df["task"] == task], metric)
-    em = per_seed(df[df["task"] == task]) if metric != "exact_match" else d
+    trained = task.split("[", 1)[0]  # an evaluation variant (flipflop[ignore_prob=0.1]) is learnt if its task is
+    em = per_seed(df[df["task"] == (trained if (df["task"] == trained).any() else task)])
     out = []
     for (label, L), g in d.groupby(["label", "L_train"], sort=True):
         e = em[(em["label"] == label) & (em["L_train"] == L)]
@@ -117,11 +119,13 @@ def _markdown(t: pd.DataFrame) -> str:
 
 LEGEND = ("Cells: accuracy in % on the held-out examples (passkey: all depths pooled); exact match: the whole answer "
           "right under greedy decoding, with its 95 % interval in [ ] (one seed: Wilson over the examples; several: "
-          "mean ± std and Student-t over the seeds, at least the pooled examples' Wilson interval); per-token accuracy has no interval (the tokens of one example "
-          f"are not independent); `(k seeds)`: a cell evaluated by fewer seeds than its row. `{NOT_LEARNT}`: the "
-          f"row's exact match at L is below {100 * LEARNT_AT_L:g} %, so its beyond-L cells would measure the recipe, "
-          f"not extrapolation (`{NO_L}`: it has none). `diverged`/`nan`: a replica gave no "
-          "number (never averaged in); `n/a`: the task or scheme cannot run at that length; `—`: not evaluated.")
+          "mean ± std and Student-t over the seeds, at least the pooled examples' Wilson interval); per-token "
+          "accuracy has no interval (the tokens of one example are not independent); `(k seeds)`: a cell evaluated "
+          f"by fewer seeds than its row. `{NOT_LEARNT}`: the row's exact match at L on the task it was trained on "
+          "(for an evaluation variant such as `flipflop[ignore_prob=0.1]`, its task's) is below "
+          f"{100 * LEARNT_AT_L:g} %, so its beyond-L cells would measure the recipe, not extrapolation (`{NO_L}`: "
+          "it has none). `diverged`/`nan`: a replica gave no number (never averaged in); `n/a`: the task or scheme "
+          "cannot run at that length; `—`: not evaluated.")
 
 
 def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataFrame, list[Path]]:
