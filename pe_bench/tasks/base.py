@@ -233,6 +233,17 @@ class TaskData:
     fingerprint: str = ""
 
 
+def scatter(rng: np.random.Generator, filler: np.ndarray, items: list[list[int]]) -> list[int]:
+    """The filler with the items inserted in their order at uniformly drawn positions (several may be adjacent)."""
+    at = np.sort(rng.integers(0, len(filler) + 1, size=len(items)))
+    out: list[int] = []
+    start = 0
+    for pos, item in zip(at.tolist(), items):
+        out += [*filler[start:pos].tolist(), *item]
+        start = pos
+    return out + filler[start:].tolist()
+
+
 def batch_rng(g: torch.Generator) -> np.random.Generator:
     """A numpy generator drawn from a torch generator (a batch's, a pure function of (seed, step, micro))."""
     import torch

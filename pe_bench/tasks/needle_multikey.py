@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pe_bench.ranges import ranged
-from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
+from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, scatter
 
 
 @dataclass
@@ -21,17 +21,6 @@ class NeedleMultikeyOptions(SyntheticOptions):
     needles: int = ranged(4, ge=1)  # needles in the haystack
     needle_keys: int = ranged(32, ge=2)  # key vocabulary (distinct keys within an example)
     value_digits: int = ranged(2, ge=1)  # digits of a needle's value
-
-
-def scatter(rng: np.random.Generator, filler: np.ndarray, items: list[list[int]]) -> list[int]:
-    """The filler with the items inserted in their order at uniformly drawn positions (several may be adjacent)."""
-    at = np.sort(rng.integers(0, len(filler) + 1, size=len(items)))
-    out: list[int] = []
-    start = 0
-    for pos, item in zip(at.tolist(), items):
-        out += [*filler[start:pos].tolist(), *item]
-        start = pos
-    return out + filler[start:].tolist()
 
 
 class NeedleMultikey(SyntheticTask):

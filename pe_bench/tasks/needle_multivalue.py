@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pe_bench.ranges import ranged
-from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
-from pe_bench.tasks.needle_multikey import scatter
+from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, scatter
 
 
 @dataclass
