@@ -33,26 +33,28 @@ def show(tokens: list[int], flags: list[bool]) -> str:
 def test_pinned_examples():
     t = task()
     assert [show(*e) for e in examples(t.heldout_set(32, 2))] == [
-        "B i f b b c d h a a c b f d d b g i g b b h f e c d d d | a = 0 0 2",
-        "B i g j f h h h g g g a d d e g b i c d d i b i b a c c | a = 0 0 2",
+        "B i f b b c d h a a c b f d d b g i g b b h f e c d d d | a = 2 0 0",
+        "B i g j f h h h g g g a d d e g b i c d d i b i b a c c | a = 2 0 0",
     ]
     assert [show(*e) for e in examples(t.train_batch(np.random.default_rng(0), 2, 32))] == [
-        "B a a b i g j f g j h g f f j c i g a d i f a h | h = 0 0 2",
-        "B i b a i a f a c e e e a a b a g f g | c = 0 0 1",
+        "B a a b i g j f g j h g f f j c i g a d i f a h | h = 2 0 0",
+        "B i b a i a f a c e e e a a b a g f g | c = 1 0 0",
     ]
 
 
 def read_answer(tokens: list[int], cfg) -> list[int]:
-    """The occurrences of the asked letter in the string, in count_digits digits."""
+    """The occurrences of the asked letter in the string, in count_digits digits (least significant first unless
+    reverse_digits is off)."""
     sep = tokens.index(SEP)
     assert tokens[0] == BOS and sep == len(tokens) - 2 - cfg.count_digits
     string, asked = tokens[1:sep], tokens[sep + 1]
     assert all(SYMBOL0 <= t < SYMBOL0 + cfg.symbols for t in [*string, asked])
     count = sum(t == asked for t in string)
-    return [DIGIT0 + int(d) for d in f"{count:0{cfg.count_digits}d}"]
+    digits = f"{count:0{cfg.count_digits}d}"
+    return [DIGIT0 + int(d) for d in (digits[::-1] if cfg.reverse_digits else digits)]
 
 
-@pytest.mark.parametrize("options", [{}, {"symbols": 2, "count_digits": 4}])
+@pytest.mark.parametrize("options", [{}, {"symbols": 2, "count_digits": 4}, {"reverse_digits": False}])
 @pytest.mark.parametrize("n", [32, 64, 256])
 def test_the_answer_is_the_count_of_the_asked_letter(options, n):
     t = task(**options)
@@ -67,7 +69,7 @@ def test_the_count_grows_with_the_length():
     t = task()
 
     def value(e: tuple[list[int], list[bool]]) -> int:
-        return int("".join(str(x - DIGIT0) for x, f in zip(*e) if f))
+        return int("".join(str(x - DIGIT0) for x, f in zip(*e) if f)[::-1])
 
     train = [value(e) for seed in range(4) for e in examples(t.train_batch(np.random.default_rng(seed), 64, 32))]
     far = [value(e) for e in examples(t.heldout_set(256, 64))]
@@ -109,8 +111,8 @@ def test_counts_beyond_the_digits_are_refused_naming_them():
 
 def test_the_yaml_composes_and_bad_options_are_refused_by_name():
     cfg = compose(["task=counting"], scheme=False)
-    assert (cfg.task.name, cfg.task.symbols, cfg.task.count_digits) == (NAME, 10, 3)
-    assert cfg.task.eval_examples == 400 and cfg.train.name == "task"
+    assert (cfg.task.name, cfg.task.symbols, cfg.task.count_digits, cfg.task.reverse_digits) == (NAME, 10, 3, True)
+    assert cfg.task.eval_examples == 400 and (cfg.train.name, cfg.train.lr) == ("task_low_lr", 1e-3)
     with pytest.raises(ConfigError, match="task.count_digits=0 is out of range"):
         compose(["task=counting", "task.count_digits=0"], scheme=False)
     with pytest.raises(ConfigError, match="task.count_digits=2 is too few for task=counting at length 256"):

@@ -1,7 +1,8 @@
 """Counting (after Chang & Bisk 2025, "Language Models Need Inductive Biases to Count Inductively", ICLR 2025,
 arXiv:2405.20131): ``BOS s₁…s_m SEP q c₁…c_D`` — a random string over an alphabet of ``symbols`` letters, then one
-letter q; the answer is how many times q occurs in the string, in count_digits decimal digits, most significant first
-and zero-padded. The paper's tasks label every position with a running count (same-symbol counting: the position;
+letter q; the answer is how many times q occurs in the string, in count_digits decimal digits, zero-padded and least
+significant first by default (reverse_digits, as addition's known trick: the digit that varies at L is then read at
+the asked letter itself, where one head matching q against the string finds it). The paper's tasks label every position with a running count (same-symbol counting: the position;
 selective counting: the occurrences of the current letter so far; modular variants); this is selective counting
 asked once, at the end, the form a decoder scored by exact match on its final answer takes. The paper writes a count
 as one token, so counts above those of training are untrained tokens (its OOD-vocabulary problem); decimal digits are
@@ -23,6 +24,7 @@ from pe_bench.tasks.base import BOS, DIGIT0, SEP, SYMBOL0, SyntheticOptions, Syn
 class CountingOptions(SyntheticOptions):
     symbols: int = ranged(16, ge=2)  # the string alphabet
     count_digits: int = ranged(3, ge=1)  # digits of the answer (counts up to 10^count_digits - 1)
+    reverse_digits: bool = True  # the count least significant digit first
 
 
 class Counting(SyntheticTask):
@@ -30,6 +32,7 @@ class Counting(SyntheticTask):
     description = "a random string, then one of its letters; how many times that letter occurs, in digits"
     citation = "Chang & Bisk 2025, arXiv:2405.20131"
     Options = CountingOptions
+    recipe = "task_low_lr"  # RoPE: 32.8 % exact match at L at lr 3e-3 (the most frequent count), 97.5 % at 1e-3
 
     @property
     def vocab_size(self) -> int:
@@ -66,4 +69,5 @@ class Counting(SyntheticTask):
         tokens = [BOS, *(SYMBOL0 + string).tolist(), SEP, SYMBOL0 + q]
         question = np.asarray(tokens, dtype=np.uint16).tobytes()
         answer = [False] * len(tokens) + [True] * c.count_digits
-        return tokens + [DIGIT0 + int(d) for d in count.zfill(c.count_digits)], answer, question
+        digits = count.zfill(c.count_digits)[:: -1 if c.reverse_digits else 1]
+        return tokens + [DIGIT0 + int(d) for d in digits], answer, question

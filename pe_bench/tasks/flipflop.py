@@ -30,6 +30,7 @@ class FlipFlop(SyntheticTask):
     description = "write/ignore/read instructions with bits; each read returns the last written bit"
     citation = "Liu et al. 2023, arXiv:2306.00946"
     Options = FlipFlopOptions
+    recipe = "task_low_lr"  # ALiBi: 67.0 % exact match at L at lr 3e-3 (loss stuck near 0.2), 100 % at 1e-3
     length_step = 2
     min_size = 2  # a write, then a read
 
