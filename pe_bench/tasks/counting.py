@@ -32,7 +32,7 @@ class Counting(SyntheticTask):
     description = "a random string, then one of its letters; how many times that letter occurs, in digits"
     citation = "Chang & Bisk 2025, arXiv:2405.20131"
     Options = CountingOptions
-    recipe = "task_low_lr"  # RoPE: 32.8 % exact match at L at lr 3e-3 (the most frequent count), 97.5 % at 1e-3
+    recipe = "task_long"  # lr 1e-3: 33 % exact match at L at 3e-3 (the most frequent count); 90.5–97.5 % in 3000 steps
 
     @property
     def vocab_size(self) -> int:
