@@ -112,8 +112,9 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
     wall = time.perf_counter() - t0
     meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
     label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
-    if isinstance(corpus, TaskData):
-        say(f"{run.path.name}: {accuracy_summary([r for r in rows if r['scheme'] == label], reference_length(cfg))}"
+    if isinstance(corpus, TaskData):  # and the task's own rows, not its evaluation variants' (flip-flop's densities)
+        own = [r for r in rows if r["scheme"] == label and r["task"] == cfg.task.name]
+        say(f"{run.path.name}: {accuracy_summary(own, reference_length(cfg))}"
             f" (train loss {meta.get('final_train_loss')}, {duration(wall)})")
     else:
         say(run_summary(run.path.name, meta.get("final_train_loss"),

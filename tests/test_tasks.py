@@ -212,6 +212,20 @@ def test_a_tiny_run_learns_copy_at_L(tmp_path):
     assert "exact match at L" in r.output
 
 
+def test_the_run_line_speaks_of_the_task_not_of_its_evaluation_variants(tmp_path):
+    """Flip-flop is also scored on sparse and dense sequences (rows flipflop[ignore_prob=…]); the line a run ends with
+    gives the exact match of its own task's rows."""
+    r = runner.invoke(app, ["train", "task=flipflop", "train.steps=40", "model.n_layers=1", "model.d_model=16",
+                            "model.n_heads=1", "task.eval_examples=64", "eval.ratios=[1]", "eval.variants=false",
+                            "train.threads=1", f"results_dir={tmp_path}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    rows = list(__import__("csv").DictReader(next(tmp_path.glob("runs/*/accuracy.csv")).open()))
+    at_L = {row["task"]: float(row["exact_match"]) for row in rows}
+    assert len(at_L) == 3 and len(set(at_L.values())) > 1, at_L  # the variants score otherwise: the line can tell
+    last = [line for line in r.output.splitlines() if "(train loss" in line][-1]
+    assert f"exact match at L {at_L['flipflop']:.1%}" in last, (last, at_L)
+
+
 QUICK = ["train.steps=1", "model.n_layers=1", "model.d_model=16", "model.n_heads=1", "task.eval_examples=1",
          "eval.variants=false"]  # what the run would be, were it not refused: seconds
 BAD = [
