@@ -49,7 +49,8 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     d = asdict(cfg)
     for k in ("eval", "attention", "logger", "results_dir", "cache_dir") + (() if seed else ("seed",)):
         d.pop(k)
-    d["scheme"] = _without_late_defaults({k: v for k, v in d["scheme"].items() if k != "eval_variants"})
+    d["scheme"] = schemes.without_legacy_options(
+        _without_late_defaults({k: v for k, v in d["scheme"].items() if k != "eval_variants"}))
     d["task"] = tasks.identity(cfg.task)
     if d["task"] is None:  # language modelling: the identity it had before tasks existed (same run names)
         d.pop("task")
@@ -268,6 +269,19 @@ class Run:
             raise RunFileError(f"{self.meta_path} is not a JSON object; move the run directory away or delete it")
         return meta
 
+    def legacy_options(self) -> dict[str, Any]:
+        """The options of the run's scheme that its config.yaml lacks and that are read with the value the run was
+        made with (``Scheme.legacy_options``): option → value, in the scheme's order; {} for most runs."""
+        import yaml
+
+        try:
+            scheme = (yaml.safe_load(self.config.read_text(encoding="utf-8")) or {}).get("scheme") or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as e:
+            raise RunFileError(f"{self.config} is unreadable ({_first_line(e)}); move the run directory away "
+                               "or delete it") from None
+        entry = schemes.catalog().get(scheme.get("name")) if isinstance(scheme, dict) else None
+        return {k: v for k, v in entry.legacy_options.items() if k not in scheme} if entry else {}
+
     def load_config(self) -> Config:
         """The run's saved config; an unreadable or invalid file is one RunFileError line naming it."""
         try:
@@ -422,4 +436,7 @@ def check_checkpoint(run: Run, ckpt: dict, cfg: Config, corpus: Any = None) -> N
 
 
 def _config_from(ckpt: dict) -> Config:
-    return validate(ckpt["config"])
+    saved = dict(ckpt["config"])
+    if "scheme" in saved:  # options added since are read with the value the run was made with
+        saved["scheme"] = schemes.with_legacy_options(saved["scheme"])
+    return validate(saved)

@@ -47,6 +47,7 @@ def test_the_scheme_catalog_read_from_source_equals_the_registry_built_by_import
                                                                       tuple(cls.acts_on)), name
         assert (entry.late_options, entry.style, entry.variant_styles) == (tuple(cls.late_options), cls.style,
                                                                            dict(cls.variant_styles)), name
+        assert entry.legacy_options == dict(cls.legacy_options), name
         assert cls.__module__ == f"pe_bench.schemes.{entry.module}"
 
 

@@ -190,6 +190,30 @@ def test_a_late_scheme_option_at_its_default_leaves_the_identity_of_runs_named_b
     assert identity(changed(cfg, ("scheme", *parents, leaf))) != identity(cfg)
 
 
+@pytest.mark.parametrize("scheme, key", [(s, k) for s, e in schemes.catalog().items() for k in e.legacy_options])
+def test_a_legacy_scheme_option_reads_old_runs_as_they_were_made_and_names_new_ones_apart(scheme, key, tmp_path):
+    """An option added later whose default changes the model (the scheme's legacy_options): a saved config without
+    it is read with the legacy value, keeps its name and is labelled by it; a run at the new default is another run,
+    and one that asks for the legacy value now is the old run."""
+    import yaml
+
+    from pe_bench.config import from_yaml, model_shape, scheme_spec
+
+    legacy = schemes.catalog()[scheme].legacy_options[key]
+    new = compose([f"scheme={scheme}"])
+    assert new.scheme[key] != legacy
+    saved = dataclasses.asdict(new)
+    del saved["scheme"][key]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    old = from_yaml(tmp_path / "config.yaml")
+    assert old.scheme[key] == legacy
+    assert run_name(old) != run_name(new)
+    asked = compose([f"scheme={scheme}", f"scheme.{key}={legacy}"])
+    assert run_name(asked) == run_name(old)
+    spec = scheme_spec(old.scheme)
+    assert f"{key}={legacy}" in spec.cls(spec.options, model_shape(old)).label()
+
+
 def test_every_committed_run_directory_is_named_by_its_own_config():
     """Run names are stable across versions: each committed run directory's config.yaml still gives its name (the
     readable prefix and the identity hash), so a later pe-bench resumes and reports those runs as the same runs."""

@@ -340,19 +340,58 @@ def test_fox_gates_depend_on_the_tokens():
 
 def test_stick_breaking_weights_by_hand():
     """z = (0.5, −1, 2) for keys 0, 1, 2 of the query at position 3 (its own key excluded, the paper's j < i):
-    A_2 = σ(2), A_1 = σ(−1)(1 − σ(2)), A_0 = σ(0.5)(1 − σ(−1))(1 − σ(2)): the nearest key claims first."""
+    A_2 = σ(2), A_1 = σ(−1)(1 − σ(2)), A_0 = σ(0.5)(1 − σ(−1))(1 − σ(2)): the nearest key claims first. The rest of
+    the row, 1 − Σ_j A_ij, goes to the query's own value (its own key's weight), unless ``remainder: false``."""
     from pe_bench.schemes.stickbreaking import StickBreaking, StickBreakingOptions
 
     def s(v: float) -> float:
         return 1 / (1 + math.exp(-v))
 
-    logits = torch.tensor([[[[0.5, -1.0, 2.0, 7.0]]]])  # the query's own key (7.0) gets nothing
+    logits = torch.tensor([[[[0.5, -1.0, 2.0, 7.0]]]])  # the query's own key (7.0) is not scored
+    paper = [s(0.5) * (1 - s(-1)) * (1 - s(2)), s(-1) * (1 - s(2)), s(2)]
+    bare = StickBreaking(StickBreakingOptions(remainder=False), shape())
+    w = bare.attention_weights(logits, torch.tensor([3]), torch.arange(4), 0)
+    assert w.flatten().tolist() == pytest.approx([*paper, 0.0], rel=1e-5)
     w = StickBreaking(StickBreakingOptions(), shape()).attention_weights(logits, torch.tensor([3]), torch.arange(4), 0)
-    assert w.flatten().tolist() == pytest.approx(
-        [s(0.5) * (1 - s(-1)) * (1 - s(2)), s(-1) * (1 - s(2)), s(2), 0.0], rel=1e-5)
-    own = StickBreaking(StickBreakingOptions(attend_current=True), shape())
+    assert w.flatten().tolist() == pytest.approx([*paper, 1 - sum(paper)], rel=1e-5)
+    own = StickBreaking(StickBreakingOptions(attend_current=True, remainder=False), shape())
     w = own.attention_weights(logits, torch.tensor([3]), torch.arange(4), 0).flatten()
     assert w[3].item() == pytest.approx(s(7.0)) and w[2].item() == pytest.approx(s(2) * (1 - s(7.0)), rel=1e-5)
+
+
+def official_stick_breaking(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attend_current: bool) -> torch.Tensor:
+    """The authors' reference (shawntan/stickbreaking-attention, sb_ref.stickbreaking and tests/test_attn.ref_fwd),
+    restated: ln β masked to 0 and ln z to −1e5 outside the visible keys, the reversed cumulative sum as a product
+    with a strictly lower-triangular matrix, then o + rem · v."""
+    T = q.shape[-2]
+    mask = torch.ones(T, T).triu(1 if attend_current else 0).bool()
+    logits = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    log_z = torch.nn.functional.logsigmoid(logits).masked_fill(mask, -1e5)
+    log_beta = torch.nn.functional.logsigmoid(-logits).masked_fill(mask, 0)
+    att = (log_z + torch.einsum("bhij,jk->bhik", log_beta, torch.ones(T, T).tril(-1))).exp()
+    return att @ v + (1 - att.sum(-1))[..., None] * v
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_stick_breaking_attention_equals_the_authors_reference(attend_current):
+    """The whole attention (pe-bench's explicit path with the scheme's weights) against the official definition on
+    small random inputs, in training (all rows at once) and in evaluation (query rows by blocks)."""
+    from pe_bench.model.attention import attend_explicit
+    from pe_bench.schemes.stickbreaking import StickBreaking, StickBreakingOptions
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (0.5 * torch.randn(2, 3, 12, 8, generator=g) for _ in range(3))
+    sb = StickBreaking(StickBreakingOptions(attend_current=attend_current), shape())
+    want = official_stick_breaking(q, k, v, attend_current)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            got = attend_explicit(q, k, v, None, torch.arange(12),
+                                  weights=lambda logits, qp, kp: sb.attention_weights(logits, qp, kp, 0))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    first = attend_explicit(q, k, v, None, torch.arange(12),
+                            weights=lambda logits, qp, kp: sb.attention_weights(logits, qp, kp, 0))[:, :, 0]
+    if not attend_current:  # the first query sees no earlier key: all of its row is the remainder, its own value
+        torch.testing.assert_close(first, v[:, :, 0])
 
 
 def test_the_default_sweep_adds_p_rope_and_hope_points_beside_plain_rope():

@@ -151,10 +151,11 @@ def _causal_logits(seed: int = 2) -> torch.Tensor:
 
 def test_attention_weights_are_those_of_the_first_part_that_replaces_the_softmax():
     logits = _causal_logits()
-    h = hybrid({"name": "alibi"}, {"name": "stickbreaking"}, {"name": "stickbreaking", "attend_current": True})
+    h = hybrid({"name": "alibi"}, {"name": "stickbreaking", "remainder": False},
+               {"name": "stickbreaking", "attend_current": True})
     expected = h.parts[1].attention_weights(logits, Q_POS, K_POS, LAYER)
     torch.testing.assert_close(h.attention_weights(logits, Q_POS, K_POS, LAYER), expected, rtol=0, atol=0)
-    # stick-breaking without attend_current gives the query's own key no weight: the first part's weights indeed
+    # stick-breaking without attend_current or remainder gives the query's own key no weight: the first part's indeed
     assert torch.equal(expected[..., torch.arange(len(Q_POS)), Q_POS], torch.zeros(B, H, len(Q_POS)))
     assert hybrid({"name": "sinusoidal"}, {"name": "alibi"}).attention_weights(logits, Q_POS, K_POS, LAYER) is None
 

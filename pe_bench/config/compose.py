@@ -183,7 +183,12 @@ def to_yaml(cfg: Config) -> str:
 
 
 def from_yaml(path: Path) -> Config:
-    return validate(OmegaConf.load(path))
+    """A saved config (a run's config.yaml); options added since with a model-changing default are read with the
+    value its run was made with (``Scheme.legacy_options``)."""
+    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    if isinstance(raw, dict) and "scheme" in raw:
+        raw["scheme"] = schemes.with_legacy_options(raw["scheme"])
+    return validate(raw)
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from pe_bench.config import Config, reference_length, run_lengths, scheme_spec, 
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS
 from pe_bench.finetune import finetune_tag, method_tag
 from pe_bench.report.files import (NOT_A_NUMBER, NUMERIC, POSITION_NUMERIC, POSITION_REQUIRED,
-                                   check_against_windows, read_accuracy_rows, read_eval_rows, read_whole_csv,
-                                   read_windows)
+                                   check_against_windows, legacy_labels, read_accuracy_rows, read_eval_rows,
+                                   read_whole_csv, read_windows)
 from pe_bench.report.labels import TAGGED, UNLABELLED, config_identity, flatten, labelled, mixed_numerics
 from pe_bench.runs import Run, RunFileError, digest, identity
 from pe_bench.tasks import build_task
@@ -342,6 +342,7 @@ def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.Data
             for c in POSITION_NUMERIC:
                 d[c] = pd.to_numeric(d[c])
             d["loss"] = pd.to_numeric(d["loss"].where(~d["loss"].str.lower().isin(NOT_A_NUMBER), "nan"))
+            d["scheme"] = d["scheme"].map(legacy_labels(run))
         except (RunFileError, ValueError) as e:
             text = str(e) if isinstance(e, RunFileError) else f"{run.positions_csv} holds a value that is not a number"
             if left is not None:

@@ -60,11 +60,32 @@ def read_whole_csv(path: Path, checksum: str | None, required: tuple[str, ...],
     return rows, list(reader.fieldnames or [])
 
 
+def legacy_labels(run: Run) -> Callable[[str], str]:
+    """label → label: the scheme labels a run wrote before one of its scheme's options existed (an option whose
+    default changes the model, ``Scheme.legacy_options``) with that option's value added, as a run made now with
+    the value is labelled (``stickbreaking`` → ``stickbreaking[remainder=False]``)."""
+    filled = run.legacy_options()
+    if not filled:
+        return lambda label: label
+    name = run.load_config().scheme["name"]
+    tag = ",".join(f"{k}={v}" for k, v in filled.items())
+
+    def relabel(label: str) -> str:
+        if label.startswith(f"{name}["):
+            head, _, rest = label.partition("]")
+            return f"{head},{tag}]{rest}"
+        return f"{name}[{tag}]{label[len(name):]}" if label.startswith(name) else label
+
+    return relabel
+
+
 def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
     """A run's eval.csv, checked whole: an unreadable, binary, header-only, truncated or altered file (its
-    checksum in meta.json differs) is a RunFileError naming it — its rows are never used in part."""
+    checksum in meta.json differs) is a RunFileError naming it — its rows are never used in part. Scheme labels
+    written before a legacy option existed get it (:func:`legacy_labels`)."""
     path = run.eval_csv
     rows, columns = read_whole_csv(path, meta.get("eval_csv_sha256"), REQUIRED)
+    relabel = legacy_labels(run)
     for i, r in enumerate(rows, 2):
         if None in r or any(r.get(c) is None for c in columns):
             raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
@@ -77,6 +98,7 @@ def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
                 int(r["step"])
         except (ValueError, OverflowError):
             raise RunFileError(f"{path} line {i} holds a value that is not a number") from None
+        r["scheme"] = relabel(r["scheme"])
     return rows
 
 
@@ -84,6 +106,7 @@ def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
     """A run's accuracy.csv, checked whole (as :func:`read_eval_rows`): never used in part."""
     path = run.accuracy_csv
     rows, _ = read_whole_csv(path, meta.get("accuracy_csv_sha256"), ACCURACY_REQUIRED)
+    relabel = legacy_labels(run)
     for i, r in enumerate(rows, 2):
         if None in r or r["status"] not in STATUSES:
             raise RunFileError(f"{path} line {i} is malformed (truncated or edited)")
@@ -92,6 +115,7 @@ def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
                          or outcomes.count("x") != _int(r.get("solved"))):
             raise RunFileError(f"{path} line {i}: its outcomes do not match its {r['examples']} examples and "
                                f"{r.get('solved')} solved (edited or mixed up); re-evaluate the run with `pe-bench eval`")
+        r["scheme"] = relabel(r["scheme"])
     return rows
 
 
@@ -125,6 +149,7 @@ def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
             line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
             raise RunFileError(f"{path} line {line} holds a {c} that is not a number: {w[c][bad].iloc[0]!r}")
     w = w.assign(**numbers)
+    w["scheme"] = w["scheme"].map(legacy_labels(run))
     out = {}
     for key, g in w.groupby(list(WINDOW_KEY), sort=False):
         g = g.sort_values("window")

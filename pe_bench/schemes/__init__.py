@@ -3,8 +3,8 @@ takes; importing them (and torch) is deferred until a scheme class is needed. Pl
 directory on PE_BENCH_PATH, or an installed package's entry point) are read and registered the same way.
 
 ``available()`` and ``catalog()`` answer without importing torch: they read each module's class attributes from
-its source (``name``, ``description``, ``citation``, ``acts_on``, ``late_options``, ``style``, ``variant_styles``,
-inherited within the module), so that
+its source (``name``, ``description``, ``citation``, ``acts_on``, ``late_options``, ``legacy_options``, ``style``,
+``variant_styles``, inherited within the module), so that
 ``pe-bench --help``, ``pe-bench schemes`` and configuration errors answer in a fraction of a second. A test holds
 the catalog equal to the registry the imports build.
 """
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 _LAZY = ("REGISTRY", "LengthNotSupported", "ModelShape", "Scheme")
 # The class attributes the catalog reads (literals in the class body; inherited within a module).
-ATTRIBUTES = ("name", "description", "citation", "acts_on", "late_options", "style", "variant_styles")
+ATTRIBUTES = ("name", "description", "citation", "acts_on", "late_options", "legacy_options", "style",
+              "variant_styles")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Entry:
     acts_on: tuple[str, ...]
     module: str  # its module within this package (``rope``), or a plugin module's import name
     late_options: tuple[str, ...] = ()
+    legacy_options: dict[str, Any] = field(default_factory=dict)
     style: tuple[str, str] | None = None
     variant_styles: dict[str, tuple[float, str]] = field(default_factory=dict)
     origin: str = "pe-bench"  # or where a plugin came from (pe_bench.plugins.Module.origin)
@@ -91,8 +93,9 @@ def catalog() -> dict[str, Entry]:
                     raise ConfigError(f"scheme {name!r} is defined twice: in {out[name].origin} and in {module.origin}")
                 out[name] = Entry(name, lookup(cls, "description", ""), lookup(cls, "citation", ""),
                                   tuple(lookup(cls, "acts_on", ())), _short(module),
-                                  tuple(lookup(cls, "late_options", ())), tuple(style) if style else None,
-                                  dict(lookup(cls, "variant_styles", {})), module.origin)
+                                  tuple(lookup(cls, "late_options", ())), dict(lookup(cls, "legacy_options", {})),
+                                  tuple(style) if style else None, dict(lookup(cls, "variant_styles", {})),
+                                  module.origin)
     return dict(sorted(out.items()))
 
 
@@ -121,6 +124,37 @@ def get(name: str) -> type[Scheme]:
         raise KeyError(f"unknown scheme {name!r}; choose one of: {', '.join(available())}") from None
 
 
+def with_legacy_options(scheme: Any) -> Any:
+    """A saved scheme config (a map, its composite parts within) with every ``legacy_options`` key it lacks set to
+    the value that reproduces the runs made before the option existed."""
+    return _walk(scheme, lambda entry, out: out.update({k: v for k, v in entry.legacy_options.items()
+                                                        if k not in out}))
+
+
+def without_legacy_options(scheme: Any) -> Any:
+    """The scheme config without the ``legacy_options`` that hold their legacy value: the identity of a run made
+    before them, whose name must not change."""
+    def drop(entry: Entry, out: dict[str, Any]) -> None:
+        for k, v in entry.legacy_options.items():
+            if k in out and out[k] == v:
+                del out[k]
+
+    return _walk(scheme, drop)
+
+
+def _walk(scheme: Any, edit) -> Any:
+    """A copy of ``scheme`` with ``edit(entry, map)`` applied to it and to every scheme map nested in its options."""
+    if isinstance(scheme, list):
+        return [_walk(s, edit) for s in scheme]
+    if not isinstance(scheme, dict):
+        return scheme
+    out = {k: _walk(v, edit) for k, v in scheme.items()}
+    entry = catalog().get(out.get("name")) if isinstance(out.get("name"), str) else None
+    if entry is not None:
+        edit(entry, out)
+    return out
+
+
 def __getattr__(attr: str) -> Any:
     """REGISTRY, Scheme, ModelShape, LengthNotSupported: imported (with torch and every scheme) on first use."""
     if attr not in _LAZY:
@@ -131,4 +165,5 @@ def __getattr__(attr: str) -> Any:
     return getattr(base, attr)
 
 
-__all__ = ["REGISTRY", "Entry", "LengthNotSupported", "ModelShape", "Scheme", "available", "catalog", "get"]
+__all__ = ["REGISTRY", "Entry", "LengthNotSupported", "ModelShape", "Scheme", "available", "catalog", "get",
+           "with_legacy_options", "without_legacy_options"]

@@ -85,6 +85,10 @@ class Scheme(nn.Module):
     # Options added after runs of the scheme were named (dotted for nested ones): holding the defaults of
     # configs/scheme/<name>.yaml they stay out of a run's identity, so those runs keep their names and directories.
     late_options: ClassVar[tuple[str, ...]] = ()
+    # Options added later whose default changes the model: option → the value that reproduces the runs made before
+    # it existed. A saved config without the option is read with that value, and the option holding it stays out of
+    # the identity, so those runs keep their names and their meaning (labelled by the option).
+    legacy_options: ClassVar[dict[str, Any]] = {}
     # How plots draw the scheme's rows (pe_bench.plots), optional: (colour, marker) pinned for the scheme itself —
     # without it both come from a digest of the name — and (shade, line style) for named eval-time variants.
     style: ClassVar[tuple[str, str] | None] = None

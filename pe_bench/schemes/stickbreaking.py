@@ -4,10 +4,13 @@ softmax replaced by a stick broken from the nearest key outwards — β_ij = σ(
     A_ij = β_ij · Π_{j<k<i} (1 − β_ik),   j < i,
 
 so the nearest keys claim their share first and farther ones get what is left (a recency bias without any
-positional encoding: the paper uses none). The weights of a row sum to at most 1; the rest is not assigned (as in
-the paper's reference code, which returns it apart). ``attend_current: true`` lets a query attend to its own key
-too (the product then runs over j < k <= i). Computed in log space: ln A_ij = ln σ(z_ij) + Σ_{k>j} ln σ(−z_ik)
-over the row's visible keys (a reversed cumulative sum), in float32.
+positional encoding: the paper uses none). The weights of a row sum to at most 1; the unassigned rest goes to the
+query's own value, o_i = Σ_j A_ij v_j + (1 − Σ_j A_ij) v_i, as the authors' code and tests run it
+(shawntan/stickbreaking-attention: the kernel returns the rest, the model adds ``rem · v``); it is put on the
+diagonal of the weights here. ``remainder: false`` leaves the rest unassigned (then the first query of a sequence
+attends to nothing): runs made before the option existed are read with it. ``attend_current: true`` lets a query
+attend to its own key too (the product then runs over j < k <= i). Computed in log space: ln A_ij = ln σ(z_ij) +
+Σ_{k>j} ln σ(−z_ik) over the row's visible keys (a reversed cumulative sum), in float32.
 
 The scheme replaces the normalisation (the ``attention_weights`` hook), so it runs on the explicit path: SDPA and
 FlexAttention compute a softmax of their own."""
@@ -25,6 +28,7 @@ from pe_bench.schemes.base import Scheme
 @dataclass
 class StickBreakingOptions:
     attend_current: bool = False  # the paper's A_ij for j < i only; true: a query attends to its own key as well
+    remainder: bool = True  # the row's unassigned weight 1 − Σ_j A_ij goes to the query's own value (the authors' code)
 
 
 class StickBreaking(Scheme):
@@ -34,6 +38,7 @@ class StickBreaking(Scheme):
     acts_on = ("scores",)
     relative = True
     Options = StickBreakingOptions
+    legacy_options = {"remainder": False}
     style = ("#556b2f", "3")
 
     def attention_weights(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
@@ -43,4 +48,8 @@ class StickBreaking(Scheme):
         # masked keys: ln σ(−∞) = −∞ (no weight of their own), ln σ(+∞) = 0 (they break nothing)
         log_rest = F.logsigmoid(-logits)
         after = log_rest.flip(-1).cumsum(-1).flip(-1) - log_rest  # Σ_{k>j} ln(1 − β_ik)
-        return (F.logsigmoid(logits) + after).exp()
+        weights = (F.logsigmoid(logits) + after).exp()
+        if self.options.remainder:
+            own = (k_pos[None, :] == q_pos[:, None]).to(weights.dtype)  # (Tq, Tk): the query's own key
+            weights = weights + (1 - weights.sum(-1, keepdim=True)) * own
+        return weights
