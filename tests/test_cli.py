@@ -67,12 +67,14 @@ def test_rope_extensions_are_rows_of_their_own_and_can_be_added_at_eval_time(smo
     assert invoke("train", "scheme=rope", *smoke_args, "--no-progress").exit_code == 0
     run = only_run(tmp_path / "results")
     ev = pd.read_csv(run / "eval.csv")
-    extensions = {"rope+linear×8", "rope+ntk×8", "rope+dynamic", "rope+yarn×8", "rope+llama3×8", "rope+rerope"}
+    extensions = {"rope+linear×8", "rope+ntk×8", "rope+dynamic", "rope+yarn×8", "rope+llama3×8", "rope+rerope",
+                  "rope+yarn×8[attention_factor=1.0]", "rope+resonance", "rope+yarn×8+resonance"}
     assert set(ev["scheme"]) == {"rope"} | extensions
     assert (ev["status"] == "ok").all() and (ev["base_scheme"] == "rope").all()
     ok = ev[ev["mode"] == "nonoverlapping"].set_index(["scheme", "L_eval"])["ppl"]
     assert ok["rope+dynamic", 32] == ok["rope", 32]  # dynamic NTK leaves lengths <= L untouched
     assert ok["rope+linear×8", 32] != ok["rope", 32]
+    assert ok["rope+yarn×8[attention_factor=1.0]", 32] != ok["rope+yarn×8", 32]  # the temperature alone differs
 
     r = invoke("eval", str(run), "scheme.scaling.type=yarn", "scheme.scaling.factor=4")
     assert r.exit_code == 0, r.output

@@ -92,6 +92,9 @@ def rope(**scaling):
     ({"type": "dynamic", "factor": 1}, "rope+dynamic"),
     ({"type": "dynamic", "factor": 2}, "rope+dynamic×2"),
     ({"type": "llama3", "factor": 8, "high_freq_factor": 8.0}, "rope+llama3×8[high_freq_factor=8.0]"),
+    ({"resonance": True}, "rope+resonance"),
+    ({"type": "yarn", "factor": 8, "resonance": True}, "rope+yarn×8+resonance"),
+    ({"type": "yarn", "factor": 8, "attention_factor": 1.0}, "rope+yarn×8[attention_factor=1.0]"),
 ])
 def test_labels_name_the_extension(scaling, label):
     assert rope(**scaling).label() == label
@@ -127,3 +130,35 @@ def test_bad_scaling_is_rejected():
         RoPEScaling(type="longrope", factor=8)
     with pytest.raises(ValueError, match="factor must be >= 1"):
         RoPEScaling(type="linear", factor=0.5)
+
+
+def test_resonance_rounds_every_wavelength_to_an_integer_by_hand():
+    """d = 8, b = 10⁴: θ = 1, 0.1, 0.01, 0.001 have wavelengths 2π/θ = 6.283, 62.83, 628.3, 6283.2, rounded to
+    6, 63, 628, 6283 (Wang et al. 2024, Resonance RoPE): θ' = 2π/6, 2π/63, 2π/628, 2π/6283."""
+    r = RoPE(RoPEOptions(scaling=RoPEScaling(resonance=True)), ModelShape(d_model=8, n_heads=1, head_dim=8,
+                                                                          train_seq_len=64))
+    assert r.theta.tolist() == pytest.approx([2 * math.pi / n for n in (6, 63, 628, 6283)], rel=1e-12)
+    # every pair repeats exactly after its integer wavelength: position p + 6 is position p for the first pair
+    q = torch.randn(1, 1, 1, 8, generator=torch.Generator().manual_seed(0))
+    at = lambda p: r.rotate(q, q, torch.tensor([p]))[0][..., [0, 4]]  # noqa: E731 - the first pair (layout half)
+    torch.testing.assert_close(at(70), at(64), rtol=0, atol=1e-5)
+
+
+def test_resonance_rounds_the_scaled_wavelengths_of_yarn():
+    """With YaRN the rounding acts on YaRN's frequencies (the stacked `rope+yarn×8+resonance`), and YaRN's
+    temperature is kept."""
+    shape = ModelShape(d_model=64, n_heads=2, head_dim=32, train_seq_len=64)
+    yarn = RoPE(RoPEOptions(scaling=RoPEScaling(type="yarn", factor=8)), shape)
+    both = RoPE(RoPEOptions(scaling=RoPEScaling(type="yarn", factor=8, resonance=True)), shape)
+    torch.testing.assert_close(both.theta, 2 * math.pi / torch.round(2 * math.pi / yarn.theta))
+    assert both.attention == yarn.attention == yarn_mscale(8)
+
+
+def test_yarn_without_its_temperature_is_ntk_by_parts_alone():
+    """`attention_factor: 1`: YaRN's frequencies, no temperature (q and k keep their norms)."""
+    shape = ModelShape(d_model=64, n_heads=2, head_dim=32, train_seq_len=64)
+    parts = RoPE(RoPEOptions(scaling=RoPEScaling(type="yarn", factor=8, attention_factor=1.0)), shape)
+    yarn = RoPE(RoPEOptions(scaling=RoPEScaling(type="yarn", factor=8)), shape)
+    torch.testing.assert_close(parts.theta, yarn.theta, rtol=0, atol=0)
+    q = torch.randn(1, 1, 5, 32, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(parts.rotate(q, q, torch.arange(5))[0].norm(dim=-1), q.norm(dim=-1))

@@ -19,6 +19,11 @@ base b, original (training) length L, exactly as Hugging Face ``modeling_rope_ut
   (``window``, default L): exact within w, w beyond — logits q_i·R(w)·k_j for i − j >= w, computed as score terms
   from a second q·k product (so RoPE with ReRoPE runs explicit attention).
 
+``resonance`` (Resonance RoPE, Wang et al. 2024, arXiv:2403.00071, §4), with any type: every wavelength
+λ_k = 2π/θ'_k of the (scaled) frequencies is rounded to the nearest integer, θ'_k ← 2π / round(λ_k), so that each
+dimension repeats exactly at integer positions and a position past L shows the same angles as one seen in training.
+With ``yarn`` and ``attention_factor: 1`` YaRN is NTK-by-parts alone, without its temperature.
+
 Each scaling type reads only its own fields (linear, ntk: factor; dynamic: + original_length; yarn: + beta_fast,
 beta_slow, attention_factor; llama3: + low_freq_factor, high_freq_factor; longrope: factor, original_length,
 long_factor, short_factor, attention_factor; rerope: window); setting another is refused, not ignored.
@@ -78,6 +83,7 @@ class RoPEScaling:
     long_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k past L
     short_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k up to L
     window: int | None = ranged(None, ge=1, hint="null = the training length")  # rerope: w
+    resonance: bool = False  # Resonance RoPE: round every wavelength 2π/θ'_k to an integer (any type)
 
     def __post_init__(self) -> None:
         if self.type not in SCALINGS:
@@ -86,7 +92,7 @@ class RoPEScaling:
             raise ValueError(f"scheme.scaling.factor must be >= 1, got {self.factor}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name != "type" and f.name not in SCALING_READS[self.type] and value != f.default:
+            if f.name not in ("type", "resonance") and f.name not in SCALING_READS[self.type] and value != f.default:
                 readers = [t for t, keys in SCALING_READS.items() if f.name in keys]
                 raise ValueError(f"scheme.scaling.{f.name}={fmt(value)} is not read by scheme.scaling.type="
                                  f"{self.type}; use scheme.scaling.type={'|'.join(readers)}")
@@ -182,6 +188,12 @@ def scaled_inv_freq(rot_dim: int, base: float, sc: RoPEScaling, original_length:
     return torch.where(medium, (1 - smooth) * out / s + smooth * out, out), 1.0
 
 
+def resonance(theta: torch.Tensor) -> torch.Tensor:
+    """Resonance RoPE's frequencies (d/2,): θ_k ← 2π / round(2π/θ_k), the wavelengths rounded to integers (a
+    wavelength never rounds below 6: θ <= 1)."""
+    return 2 * math.pi / torch.round(2 * math.pi / theta)
+
+
 def rope_angles(positions: torch.Tensor, rot_dim: int, base: float,
                 frequencies: torch.Tensor | None = None) -> torch.Tensor:
     """positions: (T,) -> angles p·θ_k: (T, rot_dim/2), in float32 (computed in float64)."""
@@ -214,7 +226,8 @@ class RoPE(Scheme):
     eval_options = ("scaling",)
     style = ("#1f4fd6", "s")
     # options added after runs of RoPE were named: at their YAML defaults they stay out of the run identity
-    late_options = ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window")
+    late_options = ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window",
+                    "scaling.resonance")
     variant_styles = {"rope+dynamic": (-0.35, "dashed"), "rope+ntk×8": (0.2, "dashdot"),
                       "rope+yarn×8": (0.35, "longdash"), "rope+llama3×8": (-0.2, "dotted"),
                       "rope+linear×8": (0.5, "dashdotdot"), "rope+rerope": (-0.5, "shortdash")}
@@ -247,6 +260,8 @@ class RoPE(Scheme):
         p-RoPE or HoPE leave position-free have θ = 0 (a rotation by 0: the identity), also after any scaling."""
         theta, attention = scaled_inv_freq(self.rot_dim, self.options.base, self.options.scaling,
                                            self.original_length, seq_len)
+        if self.options.scaling.resonance:
+            theta = resonance(theta)
         return theta * self.rotating.to(theta.dtype), attention
 
     def rotating_pairs(self) -> torch.Tensor:
@@ -288,14 +303,15 @@ class RoPE(Scheme):
         return torch.where(beyond, far - near, torch.zeros((), device=q.device))
 
     def label(self) -> str:
-        """``rope+yarn×8`` for a scaled model (plus any other changed option in brackets)."""
+        """``rope+yarn×8`` for a scaled model (plus any other changed option in brackets), ``+resonance`` after it."""
         sc = self.options.scaling
         base = options_label(self.name, self.options, skip=("scaling",))
+        after = "+resonance" if sc.resonance else ""
         if sc.type == "none":
-            return base
+            return base + after
         extra = [f"{f.name}={getattr(sc, f.name)}" for f in dataclasses.fields(sc)
-                 if f.name not in ("type", "factor") and getattr(sc, f.name) != f.default]
+                 if f.name not in ("type", "factor", "resonance") and getattr(sc, f.name) != f.default]
         tag = f"+{sc.type}" + (f"×{sc.factor:g}" if not (sc.type in ("dynamic", "rerope") and sc.factor == 1)
                                else "")
-        return base + tag + (f"[{','.join(extra)}]" if extra else "")
+        return base + tag + (f"[{','.join(extra)}]" if extra else "") + after
 
