@@ -162,3 +162,90 @@ def test_yarn_without_its_temperature_is_ntk_by_parts_alone():
     torch.testing.assert_close(parts.theta, yarn.theta, rtol=0, atol=0)
     q = torch.randn(1, 1, 5, 32, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(parts.rotate(q, q, torch.arange(5))[0].norm(dim=-1), q.norm(dim=-1))
+
+
+def hf_rotate(x: torch.Tensor, positions: torch.Tensor, base: float = 1e4) -> torch.Tensor:
+    """Hugging Face's rotary form, as the official Self-Extend code uses it: x·cos + rotate_half(x)·sin with the
+    angle table cat(p·θ, p·θ)."""
+    d = x.shape[-1]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    emb = torch.cat([positions[:, None].double() * theta] * 2, -1)
+    half = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
+    return (x.double() * emb.cos() + half.double() * emb.sin()).float()
+
+
+def moved_logits(r: RoPE, q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The logits of a RoPE model with a logit-acting type: the rotated q·k plus the type's score terms."""
+    qr, kr = r.rotate(q, k, pos)
+    return (qr @ kr.transpose(-1, -2)) * q.shape[-1] ** -0.5 + r.score_terms(qr, kr, pos, pos, 0)
+
+
+def qk(T: int = 24, d: int = 16):
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(1, 2, T, d, generator=g), torch.randn(1, 2, T, d, generator=g)
+
+
+def logit_rope(r: RoPE, q: torch.Tensor, k: torch.Tensor, i: int, j: int, a: int, b: int) -> torch.Tensor:
+    """q_i·R(b − a)·k_j: query i at position a, key j at position b (both heads)."""
+    qa = hf_rotate(q[0, :, i:i + 1], torch.tensor([a]))
+    kb = hf_rotate(k[0, :, j:j + 1], torch.tensor([b]))
+    return (qa @ kb.transpose(-1, -2))[:, 0, 0] * q.shape[-1] ** -0.5
+
+
+def rope_with(L: int = 8, **scaling) -> RoPE:
+    return RoPE(RoPEOptions(scaling=RoPEScaling(**scaling)), ModelShape(d_model=32, n_heads=2, head_dim=16,
+                                                                        train_seq_len=L))
+
+
+@pytest.mark.parametrize("G, w", [(2, 4), (3, 5)])
+def test_self_extend_merges_neighbour_and_grouped_logits_as_the_official_code(G, w):
+    """LongLM's self_extend_forward: neighbour logits at the true positions where i − j < w, grouped logits with the
+    query at ⌊i/G⌋ + w − ⌊w/G⌋ and the key at ⌊j/G⌋ elsewhere (below the diagonal), one softmax over the merge."""
+    q, k = qk()
+    T, pos = q.shape[2], torch.arange(q.shape[2])
+    neighbour = (hf_rotate(q, pos) @ hf_rotate(k, pos).transpose(-1, -2)) * 16 ** -0.5
+    group = (hf_rotate(q, pos // G + w - w // G) @ hf_rotate(k, pos // G).transpose(-1, -2)) * 16 ** -0.5
+    inside = torch.ones(T, T).tril()
+    inside[w:, :-w] -= torch.ones(T - w, T - w).tril()  # the official neighbour mask
+    want = torch.where(inside.bool(), neighbour, group)
+    got = moved_logits(rope_with(type="self_extend", factor=G, window=w), q, k, pos)
+    causal = pos[:, None] >= pos[None, :]
+    torch.testing.assert_close(got[..., causal], want[..., causal], rtol=1e-4, atol=1e-4)
+
+
+def test_lm_infinite_keeps_the_first_keys_and_a_local_window_at_distances_capped_at_L():
+    """L = 8, n = 2 global tokens, window w = L: keys j >= 2 farther than 7 are dropped (−∞); the global keys at
+    i − j >= 8 are seen at distance 8 exactly; everything else is plain RoPE."""
+    q, k = qk()
+    pos = torch.arange(q.shape[2])
+    r = rope_with(L=8, type="lm_infinite", global_tokens=2)
+    got = moved_logits(r, q, k, pos)
+    for i, j in [(20, 0), (20, 1), (9, 1), (20, 2), (20, 13), (20, 12), (5, 3), (23, 23)]:
+        if i - j >= 8 and j >= 2:
+            assert torch.isinf(got[0, :, i, j]).all() and (got[0, :, i, j] < 0).all(), (i, j)
+        else:
+            a, b = (8, 0) if i - j >= 8 else (i, j)
+            torch.testing.assert_close(got[0, :, i, j], logit_rope(r, q, k, i, j, a, b), rtol=1e-4, atol=1e-4)
+    assert r.label() == "rope+lm_infinite[global_tokens=2]"
+
+
+def test_streaming_keeps_sinks_and_recent_keys_at_their_cache_positions():
+    """n = 2 sinks, window w = 3: a query sees the sinks and its 3 most recent keys; a sink j beyond the window sits
+    at distance n + w − 1 − j = 4 − j (the cache [sink 0, sink 1, i − 2, i − 1, i]); recent keys at their true
+    distance; every other key dropped."""
+    q, k = qk()
+    pos = torch.arange(q.shape[2])
+    r = rope_with(type="streaming", global_tokens=2, window=3)
+    got = moved_logits(r, q, k, pos)
+    for i, j in [(20, 0), (20, 1), (20, 18), (20, 17), (20, 2), (4, 1), (3, 0)]:
+        if i - j >= 3 and j >= 2:
+            assert torch.isinf(got[0, :, i, j]).all(), (i, j)
+        else:
+            a, b = (4, j) if i - j >= 3 else (i, j)
+            torch.testing.assert_close(got[0, :, i, j], logit_rope(r, q, k, i, j, a, b), rtol=1e-4, atol=1e-4)
+    assert rope_with(L=64, type="streaming").window == 60  # n = 4 sinks and L − 4 recent keys: a cache of L
+
+
+def test_self_extend_refuses_a_fractional_group():
+    with pytest.raises(ValueError, match="group size G"):
+        RoPEScaling(type="self_extend", factor=2.5)

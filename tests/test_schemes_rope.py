@@ -312,10 +312,11 @@ def test_llama3_wavelength_exactly_at_the_low_boundary_is_interpolated_once():
 
 
 @pytest.mark.parametrize("type_,field,value,readers", [
-    ("linear", "window", 5, "rerope"),
+    ("linear", "window", 5, "rerope|self_extend|lm_infinite|streaming"),
+    ("yarn", "global_tokens", 4, "lm_infinite|streaming"),
     ("none", "beta_fast", 16.0, "yarn"),
     ("yarn", "low_freq_factor", 2.0, "llama3"),
-    ("none", "factor", 2.0, "linear|ntk|dynamic|yarn|llama3|longrope"),
+    ("none", "factor", 2.0, "linear|ntk|dynamic|yarn|llama3|longrope|self_extend"),
 ])
 def test_an_option_the_type_does_not_read_is_refused_naming_the_types_that_read_it(type_, field, value, readers):
     kw = {"factor": 2.0} if type_ in ("linear", "yarn") else {}

@@ -19,6 +19,17 @@ base b, original (training) length L, exactly as Hugging Face ``modeling_rope_ut
   (``window``, default L): exact within w, w beyond — logits q_i·R(w)·k_j for i − j >= w, computed as score terms
   from a second q·k product (so RoPE with ReRoPE runs explicit attention).
 
+- ``self_extend`` — Self-Extend (Jin et al. 2024, arXiv:2401.01325, datamllab/LongLM): neighbour attention at the
+  true positions within a window w (``window``, default L/2), grouped attention beyond it, with the query at
+  ⌊i/G⌋ + w − ⌊w/G⌋ and the key at ⌊j/G⌋ (G = ``factor``), merged per (query, key) before one softmax;
+- ``lm_infinite`` — LM-Infinite (Han et al. 2024, arXiv:2308.16137): a Λ-shaped mask — the first n keys
+  (``global_tokens``, default 10) and a local window w (default L) — with distances capped at L;
+- ``streaming`` — attention sinks / StreamingLLM (Xiao et al. 2024, arXiv:2309.17453): n sink tokens (default 4)
+  and the w most recent keys (default L − n), at their positions in that cache: a sink j past the window sits at
+  distance n + w − 1 − j.
+The last four act on the logits as score terms (a second q·k product at moved positions, −∞ for the keys a mask
+drops), so they run explicit attention.
+
 ``resonance`` (Resonance RoPE, Wang et al. 2024, arXiv:2403.00071, §4), with any type: every wavelength
 λ_k = 2π/θ'_k of the (scaled) frequencies is rounded to the nearest integer, θ'_k ← 2π / round(λ_k), so that each
 dimension repeats exactly at integer positions and a position past L shows the same angles as one seen in training.
@@ -26,7 +37,8 @@ With ``yarn`` and ``attention_factor: 1`` YaRN is NTK-by-parts alone, without it
 
 Each scaling type reads only its own fields (linear, ntk: factor; dynamic: + original_length; yarn: + beta_fast,
 beta_slow, attention_factor; llama3: + low_freq_factor, high_freq_factor; longrope: factor, original_length,
-long_factor, short_factor, attention_factor; rerope: window); setting another is refused, not ignored.
+long_factor, short_factor, attention_factor; rerope: window; self_extend: factor, window; lm_infinite:
+original_length, window, global_tokens; streaming: window, global_tokens); setting another is refused, not ignored.
 
 Head dimension: rotation acts on pairs of dimensions, so the head dimension d_model / n_heads must be even. An odd
 one is an error when the config is composed (naming the fix), not a silently unrotated last dimension that no row
@@ -47,7 +59,10 @@ from pe_bench.ranges import fmt, ranged
 from pe_bench.schemes.base import ModelShape, Scheme, options_label
 
 LAYOUTS = ("half", "interleaved")
-SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "rerope")
+SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "rerope", "self_extend", "lm_infinite",
+            "streaming")
+# The types that keep RoPE's frequencies and act on the logits (RoPE.score_terms): explicit attention.
+ON_LOGITS = ("rerope", "self_extend", "lm_infinite", "streaming")
 # The RoPEScaling fields each type reads (scaled_inv_freq); the others must keep their defaults.
 SCALING_READS = {
     "none": (),
@@ -58,6 +73,9 @@ SCALING_READS = {
     "llama3": ("factor", "original_length", "low_freq_factor", "high_freq_factor"),
     "longrope": ("factor", "original_length", "long_factor", "short_factor", "attention_factor"),
     "rerope": ("window",),
+    "self_extend": ("factor", "window"),
+    "lm_infinite": ("original_length", "window", "global_tokens"),
+    "streaming": ("window", "global_tokens"),
 }
 
 
@@ -82,7 +100,10 @@ class RoPEScaling:
     high_freq_factor: float = ranged(4.0, gt=0)  # llama3 (> low_freq_factor)
     long_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k past L
     short_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k up to L
-    window: int | None = ranged(None, ge=1, hint="null = the training length")  # rerope: w
+    # rerope, self_extend, lm_infinite, streaming: w; null = L (rerope, lm_infinite), L/2 (self_extend), L − n
+    window: int | None = ranged(None, ge=1, hint="null = the type's default (docs/schemes.md)")
+    # lm_infinite: the first n keys every query sees (null = 10); streaming: its sink tokens (null = 4)
+    global_tokens: int | None = ranged(None, ge=1, hint="null = 10 (lm_infinite), 4 (streaming)")
     resonance: bool = False  # Resonance RoPE: round every wavelength 2π/θ'_k to an integer (any type)
 
     def __post_init__(self) -> None:
@@ -102,6 +123,9 @@ class RoPEScaling:
         if self.type == "longrope" and (self.long_factor is None or self.short_factor is None):
             raise ValueError("scheme.scaling.type=longrope needs scheme.scaling.long_factor and "
                              "scheme.scaling.short_factor (d/2 factors each, e.g. a model's rope_scaling config)")
+        if self.type == "self_extend" and self.factor != int(self.factor):
+            raise ValueError(f"scheme.scaling.factor={fmt(self.factor)} is Self-Extend's group size G: give a whole "
+                             "number, e.g. 16")
         if self.beta_fast <= self.beta_slow:
             raise ValueError(f"scheme.scaling.beta_fast={fmt(self.beta_fast)} must exceed "
                              f"scheme.scaling.beta_slow={fmt(self.beta_slow)} (β > α rotations)")
@@ -165,7 +189,7 @@ def scaled_inv_freq(rot_dim: int, base: float, sc: RoPEScaling, original_length:
         ell = max(seq_len, original_length)
         return inv_freq(d, base * (s * ell / original_length - (s - 1)) ** (d / (d - 2))), 1.0
     theta = inv_freq(d, base)
-    if sc.type == "rerope":  # the frequencies are RoPE's; the window acts on the logits (RoPE.score_terms)
+    if sc.type in ON_LOGITS:  # the frequencies are RoPE's; the window acts on the logits (RoPE.score_terms)
         return theta, 1.0
     if sc.type == "longrope":
         factors = sc.long_factor if seq_len > original_length else sc.short_factor
@@ -227,7 +251,7 @@ class RoPE(Scheme):
     style = ("#1f4fd6", "s")
     # options added after runs of RoPE were named: at their YAML defaults they stay out of the run identity
     late_options = ("frequencies_kept", "hope", "scaling.long_factor", "scaling.short_factor", "scaling.window",
-                    "scaling.resonance")
+                    "scaling.resonance", "scaling.global_tokens")
     variant_styles = {"rope+dynamic": (-0.35, "dashed"), "rope+ntk×8": (0.2, "dashdot"),
                       "rope+yarn×8": (0.35, "longdash"), "rope+llama3×8": (-0.2, "dotted"),
                       "rope+linear×8": (0.5, "dashdotdot"), "rope+rerope": (-0.5, "shortdash")}
@@ -246,7 +270,10 @@ class RoPE(Scheme):
             if factors is not None and len(factors) != self.rot_dim // 2:
                 raise ValueError(f"scheme.scaling.{key} has {len(factors)} factors; this head rotates "
                                  f"{self.rot_dim} dimensions: give {self.rot_dim // 2} (one per pair)")
-        self.window = sc.window or shape.pretrained_length  # rerope
+        L = shape.pretrained_length
+        self.global_tokens = sc.global_tokens or (10 if sc.type == "lm_infinite" else 4)
+        self.window = sc.window or {"self_extend": max(L // 2, 1), "streaming": max(L - self.global_tokens, 1)}.get(
+            sc.type, L)
         if sc.type in ("ntk", "dynamic") and self.rot_dim <= 2:  # b·s^(d/(d−2)) needs d > 2
             raise ValueError(f"scheme.scaling.type={sc.type} needs a rotary dimension above 2, but this head "
                              f"rotates {self.rot_dim}; raise scheme.rotary_fraction or the head dimension")
@@ -284,23 +311,44 @@ class RoPE(Scheme):
                 apply_rotary(k, angles, self.options.layout, attention))
 
     def has_score_terms(self) -> bool:
-        return self.options.scaling.type == "rerope"
+        return self.options.scaling.type in ON_LOGITS
 
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
-        """ReRoPE only: for i − j >= w the logit is q_i·R(w)·k_j instead of q_i·R(i − j)·k_j. From the rotated
-        q_i = R(i)q and k_j = R(j)k: R(w − i)q_i · R(−j)k_j; the terms are that minus the rotated q·k there, 0
-        elsewhere. (B, H, Tq, Tk)."""
+        """The types that act on the logits (ON_LOGITS): where a type moves a (query, key) pair to other positions
+        (a, b), the logit is q·R(b − a)·k; from the rotated q_i = R(i)q and k_j = R(j)k it is R(a − i)q_i · R(b − j)k_j,
+        and the terms are that minus the rotated q_i·k_j; −∞ where the type's mask drops the key; 0 elsewhere.
+        (B, H, Tq, Tk). With d = i − j, window w, n global tokens:
+        - rerope: d >= w at distance w (a = w, b = 0);
+        - self_extend: d >= w at the grouped positions a = ⌊i/G⌋ + w − ⌊w/G⌋, b = ⌊j/G⌋ (LongLM's merge);
+        - lm_infinite: keys j >= n with d >= w dropped; every key seen at d >= L at distance L (a = L, b = 0);
+        - streaming: keys j >= n with d >= w dropped; a sink j with d >= w at its cache distance n + w − 1 − j."""
         if not self.has_score_terms():
             return None
+        sc, w, n = self.options.scaling.type, self.window, self.global_tokens
+        d = q_pos[:, None] - k_pos[None, :]
+        beyond = d >= w
+        dropped = None
+        if sc == "rerope":
+            moved, q_shift, k_shift = beyond, w - q_pos, -k_pos
+        elif sc == "self_extend":
+            G = int(self.options.scaling.factor)
+            moved, q_shift, k_shift = beyond, q_pos // G + w - w // G - q_pos, k_pos // G - k_pos
+        else:
+            dropped = beyond & (k_pos >= n)[None, :]
+            if sc == "lm_infinite":
+                L = self.original_length
+                moved, q_shift, k_shift = (d >= L) & ~dropped, L - q_pos, -k_pos
+            else:  # streaming
+                moved, q_shift, k_shift = beyond & ~dropped, n + w - 1 - q_pos, torch.zeros_like(k_pos)
         angles = lambda p: rope_angles(p, self.rot_dim, self.options.base, self.theta)  # noqa: E731
-        far_q = apply_rotary(q, angles(self.window - q_pos), self.options.layout)
-        far_k = apply_rotary(k, angles(-k_pos), self.options.layout)
+        far_q = apply_rotary(q, angles(q_shift), self.options.layout)
+        far_k = apply_rotary(k, angles(k_shift), self.options.layout)
         scale = q.shape[-1] ** -0.5
         near = (q @ k.transpose(-1, -2)).float() * scale
         far = (far_q @ far_k.transpose(-1, -2)).float() * scale
-        beyond = (q_pos[:, None] - k_pos[None, :]) >= self.window
-        return torch.where(beyond, far - near, torch.zeros((), device=q.device))
+        terms = torch.where(moved, far - near, torch.zeros((), device=q.device))
+        return terms if dropped is None else terms.masked_fill(dropped, float("-inf"))
 
     def label(self) -> str:
         """``rope+yarn×8`` for a scaled model (plus any other changed option in brackets), ``+resonance`` after it."""
@@ -311,7 +359,7 @@ class RoPE(Scheme):
             return base + after
         extra = [f"{f.name}={getattr(sc, f.name)}" for f in dataclasses.fields(sc)
                  if f.name not in ("type", "factor", "resonance") and getattr(sc, f.name) != f.default]
-        tag = f"+{sc.type}" + (f"×{sc.factor:g}" if not (sc.type in ("dynamic", "rerope") and sc.factor == 1)
+        tag = f"+{sc.type}" + (f"×{sc.factor:g}" if not (sc.type in ("dynamic", *ON_LOGITS) and sc.factor == 1)
                                else "")
         return base + tag + (f"[{','.join(extra)}]" if extra else "") + after
 
