@@ -58,7 +58,9 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
         d.pop("data")
     for k in BOOKKEEPING:  # how often to log/validate/checkpoint does not change the trained weights
         d["train"].pop(k)
-    if not cfg.train.pose_target:  # keys added later leave the identity (and run names) of runs without them alone
+    if not cfg.model.qk_norm:  # keys added later leave the identity (and run names) of runs without them alone
+        d["model"].pop("qk_norm")
+    if not cfg.train.pose_target:
         d["train"].pop("pose_target")
         d["train"].pop("pose_chunks")
     ft = d.pop("finetune")

@@ -425,3 +425,29 @@ def test_eval_logn_adds_plus_logn_rows_equal_to_the_plain_ones_at_L(smoke_args, 
     L = 32
     assert ev[("nope+logn", L)] == pytest.approx(ev[("nope", L)], rel=1e-6)
     assert ev[("nope+logn", 4 * L)] != pytest.approx(ev[("nope", 4 * L)], rel=1e-6)
+
+
+@pytest.mark.parametrize("scheme", ["nope", "rope", "alibi"])
+def test_qk_norm_hands_the_scheme_unit_rms_queries_and_keys_per_head(scheme):
+    """model.qk_norm: q and k are RMS-normalised over each head's dimensions (gain 1 at initialisation) before the
+    scheme acts on them, with any scheme; a run with it is another run, one without it keeps its name."""
+    cfg = compose([f"scheme={scheme}", "model.qk_norm=true"])
+    from pe_bench.build import build_model
+
+    model = build_model(cfg, vocab_size=50)
+    seen = []
+    rotate = model.scheme.rotate
+
+    def spy(q, k, positions, layer=0):
+        seen.append((q, k))
+        return rotate(q, k, positions, layer)
+
+    model.scheme.rotate = spy
+    with torch.no_grad():
+        model(torch.randint(0, 50, (2, 10), generator=torch.Generator().manual_seed(0)))
+    assert len(seen) == cfg.model.n_layers
+    for q, k in seen:
+        for t in (q, k):
+            torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(t.shape[:-1]), rtol=1e-4, atol=1e-4)
+    assert run_name(cfg) != run_name(compose([f"scheme={scheme}"]))
+    assert run_name(compose([f"scheme={scheme}", "model.qk_norm=false"])) == run_name(compose([f"scheme={scheme}"]))

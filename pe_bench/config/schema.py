@@ -51,6 +51,7 @@ class ModelConfig:
     n_heads: int = ranged(4, ge=1)
     mlp_ratio: float = ranged(4.0, gt=0)  # MLP width = int(mlp_ratio · d_model), at least 1
     dropout: float = ranged(0.0, ge=0, lt=1)
+    qk_norm: bool = False  # RMS-normalise q and k per head (learnt gain) before the scheme acts on them
 
 
 @dataclass

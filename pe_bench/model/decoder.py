@@ -28,6 +28,7 @@ class ModelArgs:
     n_heads: int = 4
     mlp_ratio: float = 4.0
     dropout: float = 0.0
+    qk_norm: bool = False  # RMS-normalised q and k per head, with a learnt gain (before the scheme's rotate)
     backend: str = "auto"  # attention.backend: auto | sdpa | flex | explicit (pe_bench.model.attention)
     digit_tokens: tuple[int, ...] = ()  # Abacus digit positions for these tokens (pe_bench.model.digits); () none
     digit_offset: int = 0  # their largest training offset
@@ -66,6 +67,9 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(args.d_model, 3 * args.d_model, bias=False)
         self.proj = nn.Linear(args.d_model, args.d_model, bias=False)
         self.dropout = nn.Dropout(args.dropout)
+        head_dim = args.d_model // args.n_heads
+        self.q_norm = nn.RMSNorm(head_dim) if args.qk_norm else None
+        self.k_norm = nn.RMSNorm(head_dim) if args.qk_norm else None
 
     def forward(self, x: torch.Tensor, scheme: Scheme, positions: torch.Tensor, mask: torch.Tensor | BiasRows | None,
                 layer: int, backend: str, probe: Probe | None = None,
@@ -76,6 +80,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         H = self.n_heads
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))  # (B, H, T, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = scheme.rotate(q, k, positions, layer)
         extra = scheme.input_bias(x, layer)
         if extra is not None:  # a bias computed from the tokens (FoX): one (B, H, T, T) mask for this layer
