@@ -451,3 +451,39 @@ def test_qk_norm_hands_the_scheme_unit_rms_queries_and_keys_per_head(scheme):
             torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(t.shape[:-1]), rtol=1e-4, atol=1e-4)
     assert run_name(cfg) != run_name(compose([f"scheme={scheme}"]))
     assert run_name(compose([f"scheme={scheme}", "model.qk_norm=false"])) == run_name(compose([f"scheme={scheme}"]))
+
+
+def test_layered_local_layers_see_a_sliding_window_and_global_layers_everything():
+    """window w = 3 on the RoPE part of [rope, rope, rope, nope]: layers 0–2 add −∞ at i − j >= 3, layer 3 (NoPE) has
+    no bias; with ``chunked`` the local layers see their own chunk of 3, ⌊i/3⌋ = ⌊j/3⌋."""
+    pos = torch.arange(8)
+    s = Layered(LayeredOptions(window=3), shape(n_layers=4))
+    bias = s.score_bias(pos, pos, 0)
+    assert bias.shape == (2, 8, 8)
+    far = (pos[:, None] - pos[None, :]) >= 3
+    assert torch.isinf(bias[:, far]).all() and (bias[:, ~far] == 0).all()
+    assert s.score_bias(pos, pos, 3) is None
+    assert s.label() == "layered[window=3]" and s.flex_problem() and s.bias_by_distance()
+    chunked = Layered(LayeredOptions(window=3, chunked=True), shape(n_layers=4))
+    other = (pos[:, None] // 3) != (pos[None, :] // 3)
+    assert torch.isinf(chunked.score_bias(pos, pos, 1)[:, other]).all()
+    assert (chunked.score_bias(pos, pos, 1)[:, ~other] == 0).all()
+    assert not chunked.relative and not chunked.bias_by_distance()
+
+
+def test_a_model_of_local_layers_reads_no_farther_than_its_receptive_field():
+    """Two layers that all attend within w = 3 keys: the logit at position t depends on tokens t − 4 .. t only
+    (2 · (w − 1) back); a token farther back changes nothing, one inside the field does."""
+    cfg = compose(["scheme=layered", "scheme.window=3", "scheme.pattern=[0]", "model.n_layers=2"])
+    from pe_bench.build import build_model
+
+    model = build_model(cfg, vocab_size=50).eval()
+    idx = torch.randint(0, 50, (1, 16), generator=torch.Generator().manual_seed(0))
+    t = 12
+    with torch.no_grad():
+        base = model(idx)[0, t]
+        far, near = idx.clone(), idx.clone()
+        far[0, t - 5] = (far[0, t - 5] + 1) % 50
+        near[0, t - 4] = (near[0, t - 4] + 1) % 50
+        assert torch.equal(model(far)[0, t], base)
+        assert not torch.allclose(model(near)[0, t], base)
