@@ -487,3 +487,30 @@ def test_a_model_of_local_layers_reads_no_farther_than_its_receptive_field():
         near[0, t - 4] = (near[0, t - 4] + 1) % 50
         assert torch.equal(model(far)[0, t], base)
         assert not torch.allclose(model(near)[0, t], base)
+
+
+def test_pope_scores_by_hand_from_the_papers_equation():
+    """Eq. 6 of PoPE: a_ts = Σ_c softplus(q_tc)·softplus(k_sc)·cos((s − t)·θ_c + δ_c) / √d, θ_c = 10⁴^(−c/d), with
+    the key phase bias δ clamped to [−2π, 0] (set here to −1 and to −9, which clamps to −2π)."""
+    from pe_bench.schemes.pope import PoPE, PoPEOptions
+
+    sh = ModelShape(d_model=8, n_heads=2, head_dim=4, train_seq_len=16, n_layers=2)
+    pope = PoPE(PoPEOptions(), sh)
+    with torch.no_grad():
+        pope.delta[1] = torch.tensor([[-1.0, 0.0, -9.0, -0.5], [0.0, -2.0, 0.0, 0.0]])
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 2, 6, 4, generator=g), torch.randn(1, 2, 6, 4, generator=g)
+    pos = torch.arange(6) + 3
+    qp, kp = pope.rotate(q, k, pos, layer=1)
+    got = (qp @ kp.transpose(-1, -2)) / math.sqrt(qp.shape[-1])  # what attention computes: 1/√(2d)
+
+    def sp(x: float) -> float:
+        return math.log1p(math.exp(x))
+
+    delta = pope.delta[1].clamp(-2 * math.pi, 0).tolist()
+    for h, t, s in [(0, 5, 2), (1, 4, 4), (0, 1, 0), (1, 5, 0)]:
+        want = sum(sp(q[0, h, t, c].item()) * sp(k[0, h, s, c].item())
+                   * math.cos((pos[s] - pos[t]).item() * 1e4 ** (-c / 4) + delta[h][c]) for c in range(4)) / 2
+        assert got[0, h, t, s].item() == pytest.approx(want, rel=1e-4, abs=1e-5)
+    bare = PoPE(PoPEOptions(phase_bias=False), sh)
+    assert bare.delta is None and not list(bare.parameters())
