@@ -514,3 +514,53 @@ def test_pope_scores_by_hand_from_the_papers_equation():
         assert got[0, h, t, s].item() == pytest.approx(want, rel=1e-4, abs=1e-5)
     bare = PoPE(PoPEOptions(phase_bias=False), sh)
     assert bare.delta is None and not list(bare.parameters())
+
+
+def test_fope_keeps_the_frequencies_that_complete_a_period_within_L_by_hand():
+    """d = 32, b = 10⁴, L = 64: ω_j = 10⁴^(−j/16) >= 2π/64 ≈ 0.098 holds for j = 0..4 (ω_4 = 0.1, ω_5 = 0.056): K = 5,
+    K' = min(5, 32/4) = 5 series pairs, the other 11 pairs position-free."""
+    from pe_bench.schemes.fope import FoPE, FoPEOptions, kept_frequencies
+
+    assert kept_frequencies(32, 1e4, 64).tolist() == pytest.approx([1e4 ** (-j / 16) for j in range(5)], rel=1e-12)
+    fope = FoPE(FoPEOptions(), ModelShape(d_model=64, n_heads=2, head_dim=32, train_seq_len=64, n_layers=3))
+    assert fope.cos_coef.shape == fope.sin_coef.shape == (3, 2, 5, 5)
+    assert {"cos_coef", "sin_coef"} <= set(fope.state_dict())  # fixed, and kept with the weights
+
+
+def test_fope_with_identity_coefficients_is_rope_on_the_kept_pairs_and_constant_on_the_rest():
+    """σ = 0: the coefficients are the identity, so the K kept pairs rotate as RoPE's (layout half) and the padded pairs
+    take C = S = 1 at every position: (x1, x2) ↦ (x1 − x2, x2 + x1)."""
+    from pe_bench.schemes.fope import FoPE, FoPEOptions
+
+    sh = ModelShape(d_model=64, n_heads=2, head_dim=32, train_seq_len=64)
+    fope, rope = FoPE(FoPEOptions(sigma=0.0), sh), RoPE(RoPEOptions(), sh)
+    q = torch.randn(1, 2, 7, 32, generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(7) * 9
+    got, want = fope.rotate(q, q, pos)[0], rope.rotate(q, q, pos)[0]
+    kept = [*range(5), *range(16, 21)]
+    torch.testing.assert_close(got[..., kept], want[..., kept], rtol=1e-5, atol=1e-5)
+    x1, x2 = q[..., 5:16], q[..., 21:32]
+    torch.testing.assert_close(got[..., 5:16], x1 - x2)
+    torch.testing.assert_close(got[..., 21:32], x2 + x1)
+
+
+def test_fope_equals_the_official_reference_computation():
+    """The authors' apply step (``fourier_rope_0_ref``): einsum of the sin/cos bases with per-head coefficients, the
+    rest padded with 1, then t·[C, C] + rotate_half(t)·[S, S]; here against coefficients drawn with σ = 0.3."""
+    from pe_bench.schemes.fope import FoPE, FoPEOptions
+
+    torch.manual_seed(1)
+    sh = ModelShape(d_model=64, n_heads=2, head_dim=32, train_seq_len=64, n_layers=2)
+    fope = FoPE(FoPEOptions(), sh)
+    t = torch.randn(2, 2, 9, 32)
+    pos = torch.arange(9) + 40
+    angles = pos[:, None].double() * fope.omega[None, :]
+    pos_sin = angles.sin().float().expand(2, 2, 9, -1)
+    pos_cos = angles.cos().float().expand(2, 2, 9, -1)
+    s = torch.einsum("bhtD,hDd->bhtd", pos_sin, fope.sin_coef[1])
+    c = torch.einsum("bhtD,hDd->bhtd", pos_cos, fope.cos_coef[1])
+    s, c = (torch.nn.functional.pad(x, (0, 16 - x.shape[-1]), value=1) for x in (s, c))
+    s, c = torch.cat([s, s], -1), torch.cat([c, c], -1)
+    half = torch.cat([-t[..., 16:], t[..., :16]], -1)
+    torch.testing.assert_close(fope.rotate(t, t, pos, layer=1)[0], t * c + half * s, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(fope.cos_coef[0], fope.cos_coef[1])  # drawn per layer
