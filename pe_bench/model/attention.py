@@ -156,7 +156,7 @@ def mask_block(mask: torch.Tensor | BiasRows | None, i: int, j: int, keys: int) 
 def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: BiasRows) -> torch.Tensor:
     """q, k, v: (B, H, T, D) -> (B, H, T, D): :func:`attend` one block of query rows at a time (BiasRows), so that
     the mask of one block, not of all T × T pairs, is in memory; it also skips every block's future keys."""
-    out = torch.empty_like(q)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))  # (B, H, T, Dv): q·k may be wider than v (PoPE)
     for i, j in row_blocks(q.shape[2], bias.rows):
         if bias.by_distance:  # the block's query rows in reverse order meet the mask as a view: no mask copy
             out[:, :, i:j] = attend(q[:, :, i:j].flip(2), k[:, :, :j], v[:, :, :j], bias.reversed_block(i, j)).flip(2)
@@ -200,7 +200,7 @@ def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     Outside autograd the query rows go by blocks (:func:`explicit_rows`), each against its causal prefix of keys."""
     T = q.shape[2]
     rows = T if probe is not None else explicit_rows(q, positions)
-    out = None if rows >= T else torch.empty_like(q)
+    out = None if rows >= T else q.new_empty((*q.shape[:-1], v.shape[-1]))  # (B, H, T, Dv)
     for i, j in row_blocks(T, rows):
         keys = T if rows >= T else j
         q_pos, k_pos = positions[i:j], positions[:keys]
