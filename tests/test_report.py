@@ -451,3 +451,22 @@ def test_the_console_tables_fit_120_columns_with_visible_marks_and_wide_shows_th
     wide = CliRunner().invoke(app, ["report", str(committed / "runs"), "--out", str(tmp_path / "b"), "--no-plots",
                                     "--wide"])
     assert wide.exit_code == 0 and "6.128 ± 0.011 [6.033, 6.223]*" in wide.output and "t, 2 seeds" in wide.output
+
+
+def test_runs_made_before_a_legacy_option_are_labelled_by_it_in_every_table():
+    """The committed stick-breaking runs were trained without the row remainder (the option came later, its default
+    changes the model): their saved configs lack it, so they are read as `remainder: false` — their names unchanged
+    — and every row of theirs, perplexity and per-window losses alike, says `stickbreaking[remainder=False]`."""
+    from pathlib import Path
+
+    from pe_bench.report.collect import collect_all
+    from pe_bench.runs import Run, run_name
+
+    committed = Path(__file__).resolve().parent.parent / "results" / "default" / "runs"
+    runs = [Run(committed / f"stickbreaking-tiny-shakespeare-L64-{s}") for s in ("s0-bcfa8f5d", "s1-73460f3f")]
+    assert all(run_name(r.load_config()) == r.path.name for r in runs)
+    assert all(r.legacy_options() == {"remainder": False} for r in runs)
+    got = collect_all(runs)
+    assert not got.left_out
+    assert set(got.df["label"]) == {"stickbreaking[remainder=False]"}
+    assert got.windows and {key[1] for key in got.windows} == {"stickbreaking[remainder=False]"}
