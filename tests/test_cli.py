@@ -69,7 +69,7 @@ def test_rope_extensions_are_rows_of_their_own_and_can_be_added_at_eval_time(smo
     ev = pd.read_csv(run / "eval.csv")
     extensions = {"rope+linear×8", "rope+ntk×8", "rope+dynamic", "rope+yarn×8", "rope+llama3×8", "rope+rerope",
                   "rope+yarn×8[attention_factor=1.0]", "rope+resonance", "rope+yarn×8+resonance",
-                  "rope+self_extend×16", "rope+lm_infinite", "rope+streaming"}
+                  "rope+self_extend×16", "rope+lm_infinite", "rope+streaming", "rope+dual_chunk"}
     assert set(ev["scheme"]) == {"rope"} | extensions
     assert (ev["status"] == "ok").all() and (ev["base_scheme"] == "rope").all()
     ok = ev[ev["mode"] == "nonoverlapping"].set_index(["scheme", "L_eval"])["ppl"]

@@ -249,3 +249,19 @@ def test_streaming_keeps_sinks_and_recent_keys_at_their_cache_positions():
 def test_self_extend_refuses_a_fractional_group():
     with pytest.raises(ValueError, match="group size G"):
         RoPEScaling(type="self_extend", factor=2.5)
+
+
+def test_dual_chunk_places_queries_and_keys_as_chunkllama_indexes_them():
+    """L = 16: S = ⌊3L/4⌋ = 12, w = L/8 = 2, chunks of C = 10. Key j at j mod 10; query i at i mod 10 for keys of its
+    chunk, min(i mod 10 + 10, 12) for the chunk before, min(19, 12) = 12 farther back (HKUNLP/ChunkLlama's q_t, qc_t,
+    k_t tables), each pair by hand."""
+    q, k = qk(T=36)
+    pos = torch.arange(36)
+    r = rope_with(L=16, type="dual_chunk")
+    assert r.window == 2 and r.label() == "rope+dual_chunk"
+    got = moved_logits(r, q, k, pos)
+    for i in range(36):
+        for j in range(i + 1):
+            gap = i // 10 - j // 10
+            a = i % 10 if gap == 0 else (min(i % 10 + 10, 12) if gap == 1 else 12)
+            torch.testing.assert_close(got[0, :, i, j], logit_rope(r, q, k, i, j, a, j % 10), rtol=1e-4, atol=1e-4)

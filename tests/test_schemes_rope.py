@@ -312,7 +312,7 @@ def test_llama3_wavelength_exactly_at_the_low_boundary_is_interpolated_once():
 
 
 @pytest.mark.parametrize("type_,field,value,readers", [
-    ("linear", "window", 5, "rerope|self_extend|lm_infinite|streaming"),
+    ("linear", "window", 5, "rerope|self_extend|lm_infinite|streaming|dual_chunk"),
     ("yarn", "global_tokens", 4, "lm_infinite|streaming"),
     ("none", "beta_fast", 16.0, "yarn"),
     ("yarn", "low_freq_factor", 2.0, "llama3"),

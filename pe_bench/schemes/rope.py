@@ -27,7 +27,11 @@ base b, original (training) length L, exactly as Hugging Face ``modeling_rope_ut
 - ``streaming`` — attention sinks / StreamingLLM (Xiao et al. 2024, arXiv:2309.17453): n sink tokens (default 4)
   and the w most recent keys (default L − n), at their positions in that cache: a sink j past the window sits at
   distance n + w − 1 − j.
-The last four act on the logits as score terms (a second q·k product at moved positions, −∞ for the keys a mask
+- ``dual_chunk`` — dual chunk attention (ChunkLlama, An et al. 2024, arXiv:2402.17463), as HKUNLP/ChunkLlama indexes
+  it: with c = L, S = ⌊3c/4⌋ and a local window w (default c/8), chunks of C = S − w tokens; a key sits at j mod C,
+  a query at i mod C for keys of its own chunk, at min(i mod C + C, S) for the chunk before, at min(2C − 1, S)
+  beyond — every distance below c, one softmax over all keys (the code's temperature past c is left out).
+The last five act on the logits as score terms (a second q·k product at moved positions, −∞ for the keys a mask
 drops), so they run explicit attention.
 
 ``resonance`` (Resonance RoPE, Wang et al. 2024, arXiv:2403.00071, §4), with any type: every wavelength
@@ -60,9 +64,9 @@ from pe_bench.schemes.base import ModelShape, Scheme, options_label
 
 LAYOUTS = ("half", "interleaved")
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "rerope", "self_extend", "lm_infinite",
-            "streaming")
+            "streaming", "dual_chunk")
 # The types that keep RoPE's frequencies and act on the logits (RoPE.score_terms): explicit attention.
-ON_LOGITS = ("rerope", "self_extend", "lm_infinite", "streaming")
+ON_LOGITS = ("rerope", "self_extend", "lm_infinite", "streaming", "dual_chunk")
 # The RoPEScaling fields each type reads (scaled_inv_freq); the others must keep their defaults.
 SCALING_READS = {
     "none": (),
@@ -76,6 +80,7 @@ SCALING_READS = {
     "self_extend": ("factor", "window"),
     "lm_infinite": ("original_length", "window", "global_tokens"),
     "streaming": ("window", "global_tokens"),
+    "dual_chunk": ("original_length", "window"),
 }
 
 
@@ -100,7 +105,8 @@ class RoPEScaling:
     high_freq_factor: float = ranged(4.0, gt=0)  # llama3 (> low_freq_factor)
     long_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k past L
     short_factor: list[float] | None = ranged(None, gt=0, hint="d/2 factors")  # longrope: λ_k up to L
-    # rerope, self_extend, lm_infinite, streaming: w; null = L (rerope, lm_infinite), L/2 (self_extend), L − n
+    # rerope, self_extend, lm_infinite, streaming, dual_chunk: w; null = L (rerope, lm_infinite), L/2 (self_extend),
+    # L − n (streaming), L/8 (dual_chunk)
     window: int | None = ranged(None, ge=1, hint="null = the type's default (docs/schemes.md)")
     # lm_infinite: the first n keys every query sees (null = 10); streaming: its sink tokens (null = 4)
     global_tokens: int | None = ranged(None, ge=1, hint="null = 10 (lm_infinite), 4 (streaming)")
@@ -272,8 +278,11 @@ class RoPE(Scheme):
                                  f"{self.rot_dim} dimensions: give {self.rot_dim // 2} (one per pair)")
         L = shape.pretrained_length
         self.global_tokens = sc.global_tokens or (10 if sc.type == "lm_infinite" else 4)
-        self.window = sc.window or {"self_extend": max(L // 2, 1), "streaming": max(L - self.global_tokens, 1)}.get(
-            sc.type, L)
+        self.window = sc.window or {"self_extend": max(L // 2, 1), "streaming": max(L - self.global_tokens, 1),
+                                    "dual_chunk": max(self.original_length // 8, 1)}.get(sc.type, L)
+        if sc.type == "dual_chunk" and 3 * self.original_length // 4 - self.window < 1:
+            raise ValueError(f"scheme.scaling.window={self.window} leaves no chunk: dual_chunk's chunks are "
+                             f"⌊3L/4⌋ − w = {3 * self.original_length // 4} − {self.window} tokens; lower the window")
         if sc.type in ("ntk", "dynamic") and self.rot_dim <= 2:  # b·s^(d/(d−2)) needs d > 2
             raise ValueError(f"scheme.scaling.type={sc.type} needs a rotary dimension above 2, but this head "
                              f"rotates {self.rot_dim}; raise scheme.rotary_fraction or the head dimension")
@@ -322,10 +331,13 @@ class RoPE(Scheme):
         - rerope: d >= w at distance w (a = w, b = 0);
         - self_extend: d >= w at the grouped positions a = ⌊i/G⌋ + w − ⌊w/G⌋, b = ⌊j/G⌋ (LongLM's merge);
         - lm_infinite: keys j >= n with d >= w dropped; every key seen at d >= L at distance L (a = L, b = 0);
-        - streaming: keys j >= n with d >= w dropped; a sink j with d >= w at its cache distance n + w − 1 − j."""
+        - streaming: keys j >= n with d >= w dropped; a sink j with d >= w at its cache distance n + w − 1 − j;
+        - dual_chunk: every pair moved (``dual_chunk_terms``)."""
         if not self.has_score_terms():
             return None
         sc, w, n = self.options.scaling.type, self.window, self.global_tokens
+        if sc == "dual_chunk":
+            return self.dual_chunk_terms(q, k, q_pos, k_pos)
         d = q_pos[:, None] - k_pos[None, :]
         beyond = d >= w
         dropped = None
@@ -349,6 +361,23 @@ class RoPE(Scheme):
         far = (far_q @ far_k.transpose(-1, -2)).float() * scale
         terms = torch.where(moved, far - near, torch.zeros((), device=q.device))
         return terms if dropped is None else terms.masked_fill(dropped, float("-inf"))
+
+    def dual_chunk_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
+                         k_pos: torch.Tensor) -> torch.Tensor:
+        """Dual chunk attention's logits minus the rotated q·k, (B, H, Tq, Tk): chunks of C = S − w, S = ⌊3L/4⌋; the key
+        at j mod C; the query at i mod C (same chunk), min(i mod C + C, S) (the chunk before), min(2C − 1, S) (farther)."""
+        S = 3 * self.original_length // 4
+        C = S - self.window
+        angles = lambda p: rope_angles(p, self.rot_dim, self.options.base, self.theta)  # noqa: E731
+        layout, scale = self.options.layout, q.shape[-1] ** -0.5
+        far_k = apply_rotary(k, angles(k_pos % C - k_pos), layout)
+        offset = q_pos % C
+        chunks = q_pos[:, None] // C - k_pos[None, :] // C  # 0: same chunk, 1: the one before, >= 2: farther
+        out = torch.zeros(chunks.shape, device=q.device)
+        for case, a in ((0, offset), (1, (offset + C).clamp(max=S)), (2, torch.full_like(q_pos, min(2 * C - 1, S)))):
+            logits = (apply_rotary(q, angles(a - q_pos), layout) @ far_k.transpose(-1, -2)).float() * scale
+            out = torch.where(chunks.clamp(max=2) == case, logits, out)
+        return out - (q @ k.transpose(-1, -2)).float() * scale
 
     def label(self) -> str:
         """``rope+yarn×8`` for a scaled model (plus any other changed option in brackets), ``+resonance`` after it."""
