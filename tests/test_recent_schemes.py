@@ -564,3 +564,71 @@ def test_fope_equals_the_official_reference_computation():
     half = torch.cat([-t[..., 16:], t[..., :16]], -1)
     torch.testing.assert_close(fope.rotate(t, t, pos, layer=1)[0], t * c + half * s, rtol=1e-5, atol=1e-5)
     assert not torch.equal(fope.cos_coef[0], fope.cos_coef[1])  # drawn per layer
+
+
+def official_path_logits(q, k, w, beta, BT: int = 4) -> torch.Tensor:
+    """fla-org/flash-linear-attention's reference (tests/ops/test_path_attn.py, ``naive_path_attn``), restated
+    without its gate: chunks of BT tokens, each chunk's UT transform T = (I + strictly_lower(diag(β) W Wᵀ))⁻¹, the
+    chunk-local logits and transformed q, k, then q carried backwards through every earlier chunk's product I − Hc.
+    q, k, w: (B, H, T, d), beta: (B, H, T) -> (B, H, T, T) logits, −inf above the diagonal."""
+    B, H, T, d = q.shape
+    n = -(-T // BT)
+    pad = n * BT - T
+    q, k, w = (torch.nn.functional.pad(x.double(), (0, 0, 0, pad)) for x in (q, k, w))
+    beta = torch.nn.functional.pad(beta.double(), (0, pad))
+    wb = w * beta[..., None]
+    q, k, w, wb = (x.view(B, H, n, BT, d) for x in (q, k, w, wb))
+    eye = torch.eye(BT, dtype=torch.float64)
+    Tm = torch.linalg.inv(eye + (wb @ w.transpose(-1, -2)).tril(-1))
+    Twbk = Tm @ (wb @ k.transpose(-1, -2)).tril(-1)
+    qw = (q @ w.transpose(-1, -2)).tril()
+    Twb = Tm @ wb
+    local = (q @ k.transpose(-1, -2)).tril() - qw @ Twbk
+    q = q - qw @ Twb
+    k = k - Twbk.transpose(-1, -2) @ w
+    Hc = w.transpose(-1, -2) @ Twb
+    A = torch.zeros(B, H, n * BT, n * BT, dtype=torch.float64)
+    for i in range(n):
+        A[:, :, i * BT:(i + 1) * BT, i * BT:(i + 1) * BT] = local[:, :, i]
+        qi = q[:, :, i]
+        for j in range(i - 1, -1, -1):
+            A[:, :, i * BT:(i + 1) * BT, j * BT:(j + 1) * BT] = qi @ k[:, :, j].transpose(-1, -2)
+            qi = qi - qi @ Hc[:, :, j]
+    A = A[:, :, :T, :T]
+    return A.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def test_path_logits_equal_the_official_reference_and_the_householder_products_by_hand():
+    """PaTH's explicit logits against fla's chunked reference (three chunks of 4, padded), and one pair by hand:
+    s_{7,2} = q_7ᵀ H_7 H_6 H_5 H_4 H_3 k_2 with H_t = I − β_t w_t w_tᵀ; the diagonal is the plain q·k."""
+    from pe_bench.schemes.path import path_logits
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 3, 10, 8, generator=g), torch.randn(2, 3, 10, 8, generator=g)
+    w = torch.nn.functional.normalize(torch.randn(2, 3, 10, 8, generator=g), dim=-1)
+    beta = 1.5 + 0.5 * torch.rand(2, 3, 10, generator=g)
+    got = path_logits(q, k, w, beta)
+    want = official_path_logits(q, k, w, beta)
+    lower = torch.ones(10, 10, dtype=torch.bool).tril()
+    torch.testing.assert_close(got[..., lower].double(), want[..., lower], rtol=1e-4, atol=1e-4)
+    P = torch.eye(8)
+    for t in range(7, 2, -1):
+        P = P @ (torch.eye(8) - beta[0, 1, t] * torch.outer(w[0, 1, t], w[0, 1, t]))
+    assert got[0, 1, 7, 2].item() == pytest.approx((q[0, 1, 7] @ P @ k[0, 1, 2]).item(), rel=1e-4, abs=1e-5)
+    torch.testing.assert_close(got[..., range(10), range(10)], (q * k).sum(-1))
+
+
+def test_path_transforms_are_unit_and_causal():
+    """w is unit-norm per head and β in (0, 2); w_t reads x_{t−2..t} only (the causal convolution of width 3)."""
+    from pe_bench.schemes.path import PaTH, PaTHOptions
+
+    path = PaTH(PaTHOptions(), ModelShape(d_model=16, n_heads=2, head_dim=8, train_seq_len=16, n_layers=1))
+    x = torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1))
+    w, beta = path.transforms[0](x)
+    torch.testing.assert_close(w.norm(dim=-1), torch.ones(1, 2, 12), rtol=1e-4, atol=1e-4)
+    assert (beta > 0).all() and (beta < 2).all()
+    later = x.clone()
+    later[:, 8:] += 1.0
+    w2, _ = path.transforms[0](later)
+    torch.testing.assert_close(w2[:, :, :8], w[:, :, :8], rtol=0, atol=0)
+    assert not torch.allclose(w2[:, :, 8], w[:, :, 8])

@@ -83,11 +83,14 @@ class CausalSelfAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = scheme.rotate(q, k, positions, layer)
-        extra = scheme.input_bias(x, layer)
-        if extra is not None:  # a bias computed from the tokens (FoX): one (B, H, T, T) mask for this layer
-            mask = with_input_bias(mask, extra, positions)
         if q_scale is not None:
             q = q * q_scale[:, None].to(q.dtype)
+        extra = scheme.input_bias(x, layer)
+        terms = scheme.token_terms(x, q, k, layer)
+        if terms is not None:  # PaTH: logits from the tokens and q, k together, added like a data-dependent bias
+            extra = terms if extra is None else extra + terms
+        if extra is not None:  # a bias computed from the tokens (FoX): one (B, H, T, T) mask for this layer
+            mask = with_input_bias(mask, extra, positions)
         if backend == "flex":
             y = attend_flex(q, k, v, scheme.score_mod(q, k, positions, layer))
         elif backend == "sdpa":

@@ -135,6 +135,13 @@ class Scheme(nn.Module):
         tokens rather than the positions (the Forgetting Transformer's gates): the one hook that sees x."""
         return None
 
+    def token_terms(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, layer: int) -> torch.Tensor | None:
+        """x: (B, T, C), the layer's normalised input; q, k: (B, H, T, D) after ``rotate`` -> logits (B, H, T, T) added
+        to the scaled q·k like ``input_bias``, or None (the default). For schemes whose positions are transforms
+        computed from the tokens and applied to q and k together (PaTH's accumulated Householder products): the
+        one hook that sees both. Only entries with key <= query are used."""
+        return None
+
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         """q: (B, H, Tq, D), k: (B, H, Tk, D) after ``rotate``, q_pos: (Tq,), k_pos: (Tk,) -> extra logits
@@ -175,7 +182,7 @@ class Scheme(nn.Module):
             return "it replaces the softmax, which FlexAttention computes itself"
         if self.has_score_terms() and type(self).score_mod is Scheme.score_mod:
             return "its score terms have no score_mod"
-        if type(self).input_bias is not Scheme.input_bias:
+        if type(self).input_bias is not Scheme.input_bias or type(self).token_terms is not Scheme.token_terms:
             return "its bias is computed from the layer input, which score_mod does not see"
         return None
 

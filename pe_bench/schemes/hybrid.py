@@ -54,6 +54,9 @@ class Composite(Scheme):
     def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | None:
         return _sum([p.input_bias(x, layer) for p in self.parts])
 
+    def token_terms(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, layer: int) -> torch.Tensor | None:
+        return _sum([p.token_terms(x, q, k, layer) for p in self.parts])
+
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         return _sum([p.score_terms(q, k, q_pos, k_pos, layer) for p in self.parts])

@@ -110,6 +110,9 @@ class Layered(Composite):
     def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | None:
         return self.part(layer).input_bias(x, layer)
 
+    def token_terms(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, layer: int) -> torch.Tensor | None:
+        return self.part(layer).token_terms(x, q, k, layer)
+
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor | None:
         return self.part(layer).score_terms(q, k, q_pos, k_pos, layer)
