@@ -193,6 +193,7 @@ REFUSED = {
     "dape": "its score terms have no score_mod",
     "fire": "its MLP per (query, key) pair does not compile into FlexAttention's kernels (torch 2.11, CUDA)",
     "fox": "its bias is computed from the layer input, which score_mod does not see",
+    "path": "its bias is computed from the layer input, which score_mod does not see",
     "shaw": "its value vectors a^V need the attention weights (scheme.values=false has a score_mod)",
     "stickbreaking": "it replaces the softmax, which FlexAttention computes itself",
 }
@@ -246,8 +247,10 @@ def test_flex_problem_names_what_a_new_scheme_needs_that_score_mod_cannot_give()
 
 # ---- Layered: each hook is its layer's part's ----------------------------------------------------------------------
 def test_layered_attention_weights_are_its_layers_parts():
-    """Stick-breaking on layer 1, the softmax (None) on layer 0 (Tan et al. 2024, eq. 1–3 on layer 1's rows)."""
-    layered = build("layered", {"parts": [{"name": "nope"}, {"name": "stickbreaking"}], "pattern": [0, 1]})
+    """Stick-breaking on layer 1 (without the remainder: the paper's weights alone), the softmax (None) on layer 0
+    (Tan et al. 2024, eq. 1–3 on layer 1's rows)."""
+    layered = build("layered", {"parts": [{"name": "nope"}, {"name": "stickbreaking", "remainder": False}],
+                                "pattern": [0, 1]})
     part = layered.parts[1]
     positions = torch.arange(T)
     g = torch.Generator().manual_seed(2)
