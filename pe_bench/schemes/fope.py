@@ -57,7 +57,8 @@ class FoPE(Scheme):
     def __init__(self, options: FoPEOptions, shape: ModelShape) -> None:
         super().__init__(options, shape)
         require_even_head_dim(self.name, shape)
-        omega = kept_frequencies(shape.head_dim, options.base, shape.position_range)
+        # the length the weights were first trained at: a fine-tune keeps its parent's frequencies and coefficients
+        omega = kept_frequencies(shape.head_dim, options.base, shape.pretrained_length)
         k_out = min(len(omega), shape.head_dim // 4)
         self.register_buffer("omega", omega, persistent=False)
         self.register_buffer("cos_coef", fourier_coefficients(shape.n_layers, shape.n_heads, len(omega), k_out,
