@@ -100,7 +100,8 @@ class Layered(Composite):
             outside = (q_pos[:, None] // o.window) != (k_pos[None, :] // o.window)
         else:
             outside = (q_pos[:, None] - k_pos[None, :]) >= o.window
-        local = torch.zeros(self.shape.n_heads, *outside.shape, device=q_pos.device).masked_fill_(outside, float("-inf"))
+        local = torch.zeros(self.shape.n_heads, *outside.shape, device=q_pos.device)
+        local.masked_fill_(outside, float("-inf"))
         return local if bias is None else bias + local
 
     def attention_weights(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,

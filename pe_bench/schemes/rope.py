@@ -364,8 +364,9 @@ class RoPE(Scheme):
 
     def dual_chunk_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
                          k_pos: torch.Tensor) -> torch.Tensor:
-        """Dual chunk attention's logits minus the rotated q·k, (B, H, Tq, Tk): chunks of C = S − w, S = ⌊3L/4⌋; the key
-        at j mod C; the query at i mod C (same chunk), min(i mod C + C, S) (the chunk before), min(2C − 1, S) (farther)."""
+        """Dual chunk attention's logits minus the rotated q·k, (B, H, Tq, Tk): chunks of C = S − w, S = ⌊3L/4⌋; the
+        key at j mod C; the query at i mod C (same chunk), min(i mod C + C, S) (the chunk before), min(2C − 1, S)
+        (farther)."""
         S = 3 * self.original_length // 4
         C = S - self.window
         angles = lambda p: rope_angles(p, self.rot_dim, self.options.base, self.theta)  # noqa: E731
