@@ -120,6 +120,17 @@ def test_schemes_lists_every_registered_scheme_on_one_line():
     assert [line.split()[0] for line in out] == schemes.available()
 
 
+def test_schemes_with_variants_lists_every_eval_time_row_as_its_overrides():
+    """`pe-bench schemes --variants`: under each scheme the eval_variants of its YAML, as overrides for `pe-bench
+    eval` (RoPE's thirteen training-free rows among them); the scheme lines are those of `pe-bench schemes`."""
+    out = invoke("schemes", "--variants").output.strip().splitlines()
+    assert [line for line in out if not line.startswith(" ")] == invoke("schemes").output.strip().splitlines()
+    rope = out[out.index(next(line for line in out if line.startswith("rope "))) + 1:]
+    rope = rope[:next(i for i, line in enumerate(rope) if not line.startswith(" "))]
+    assert len(rope) == 13 and "+ scheme.scaling.type=streaming" in [line.strip() for line in rope]
+    assert "+ scheme.scaling.resonance=true" in [line.strip() for line in rope]
+
+
 @pytest.mark.parametrize("args,message", [
     (["scheme=nosuch"], "unknown scheme 'nosuch'; choose one of: alibi"),
     (["model=huge"], "unknown model preset 'huge'; choose one of: base, small, tiny"),
