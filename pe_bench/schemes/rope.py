@@ -42,7 +42,8 @@ With ``yarn`` and ``attention_factor: 1`` YaRN is NTK-by-parts alone, without it
 Each scaling type reads only its own fields (linear, ntk: factor; dynamic: + original_length; yarn: + beta_fast,
 beta_slow, attention_factor; llama3: + low_freq_factor, high_freq_factor; longrope: factor, original_length,
 long_factor, short_factor, attention_factor; rerope: window; self_extend: factor, window; lm_infinite:
-original_length, window, global_tokens; streaming: window, global_tokens); setting another is refused, not ignored.
+original_length, window, global_tokens; streaming: window, global_tokens; dual_chunk: original_length, window);
+setting another is refused, not ignored.
 
 Head dimension: rotation acts on pairs of dimensions, so the head dimension d_model / n_heads must be even. An odd
 one is an error when the config is composed (naming the fix), not a silently unrotated last dimension that no row
