@@ -281,8 +281,7 @@ class Run:
         except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as e:
             raise RunFileError(f"{self.config} is unreadable ({_first_line(e)}); move the run directory away "
                                "or delete it") from None
-        entry = schemes.catalog().get(scheme.get("name")) if isinstance(scheme, dict) else None
-        return {k: v for k, v in entry.legacy_options.items() if k not in scheme} if entry else {}
+        return schemes.lacking_legacy_options(scheme) if isinstance(scheme, dict) else {}
 
     def load_config(self) -> Config:
         """The run's saved config; an unreadable or invalid file is one RunFileError line naming it."""

@@ -124,11 +124,16 @@ def get(name: str) -> type[Scheme]:
         raise KeyError(f"unknown scheme {name!r}; choose one of: {', '.join(available())}") from None
 
 
+def lacking_legacy_options(scheme: dict[str, Any]) -> dict[str, Any]:
+    """The ``legacy_options`` a saved scheme map (its top level) lacks, with the values its run was made with."""
+    entry = catalog().get(scheme.get("name")) if isinstance(scheme.get("name"), str) else None
+    return {k: v for k, v in entry.legacy_options.items() if k not in scheme} if entry else {}
+
+
 def with_legacy_options(scheme: Any) -> Any:
     """A saved scheme config (a map, its composite parts within) with every ``legacy_options`` key it lacks set to
     the value that reproduces the runs made before the option existed."""
-    return _walk(scheme, lambda entry, out: out.update({k: v for k, v in entry.legacy_options.items()
-                                                        if k not in out}))
+    return _walk(scheme, lambda entry, out: out.update(lacking_legacy_options(out)))
 
 
 def without_legacy_options(scheme: Any) -> Any:
@@ -166,4 +171,4 @@ def __getattr__(attr: str) -> Any:
 
 
 __all__ = ["REGISTRY", "Entry", "LengthNotSupported", "ModelShape", "Scheme", "available", "catalog", "get",
-           "with_legacy_options", "without_legacy_options"]
+           "lacking_legacy_options", "with_legacy_options", "without_legacy_options"]

@@ -354,13 +354,8 @@ class RoPE(Scheme):
                 moved, q_shift, k_shift = (d >= L) & ~dropped, L - q_pos, -k_pos
             else:  # streaming
                 moved, q_shift, k_shift = beyond & ~dropped, n + w - 1 - q_pos, torch.zeros_like(k_pos)
-        angles = lambda p: rope_angles(p, self.rot_dim, self.options.base, self.theta)  # noqa: E731
-        far_q = apply_rotary(q, angles(q_shift), self.options.layout)
-        far_k = apply_rotary(k, angles(k_shift), self.options.layout)
-        scale = q.shape[-1] ** -0.5
-        near = (q @ k.transpose(-1, -2)).float() * scale
-        far = (far_q @ far_k.transpose(-1, -2)).float() * scale
-        terms = torch.where(moved, far - near, torch.zeros((), device=q.device))
+        near = self.logits_at(q, k, None, None)
+        terms = torch.where(moved, self.logits_at(q, k, q_shift, k_shift) - near, torch.zeros((), device=q.device))
         return terms if dropped is None else terms.masked_fill(dropped, float("-inf"))
 
     def dual_chunk_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
@@ -370,16 +365,23 @@ class RoPE(Scheme):
         (farther)."""
         S = 3 * self.original_length // 4
         C = S - self.window
-        angles = lambda p: rope_angles(p, self.rot_dim, self.options.base, self.theta)  # noqa: E731
-        layout, scale = self.options.layout, q.shape[-1] ** -0.5
-        far_k = apply_rotary(k, angles(k_pos % C - k_pos), layout)
         offset = q_pos % C
         chunks = q_pos[:, None] // C - k_pos[None, :] // C  # 0: same chunk, 1: the one before, >= 2: farther
         out = torch.zeros(chunks.shape, device=q.device)
         for case, a in ((0, offset), (1, (offset + C).clamp(max=S)), (2, torch.full_like(q_pos, min(2 * C - 1, S)))):
-            logits = (apply_rotary(q, angles(a - q_pos), layout) @ far_k.transpose(-1, -2)).float() * scale
-            out = torch.where(chunks.clamp(max=2) == case, logits, out)
-        return out - (q @ k.transpose(-1, -2)).float() * scale
+            out = torch.where(chunks.clamp(max=2) == case, self.logits_at(q, k, a - q_pos, k_pos % C - k_pos), out)
+        return out - self.logits_at(q, k, None, None)
+
+    def logits_at(self, q: torch.Tensor, k: torch.Tensor, q_shift: torch.Tensor | None,
+                  k_shift: torch.Tensor | None) -> torch.Tensor:
+        """The scaled logits (B, H, Tq, Tk) float32 of the rotated q and k, each first moved by its shift in
+        positions, (Tq,) and (Tk,) (R(shift) applied again; None: not moved)."""
+        angles = lambda p: rope_angles(p, self.rot_dim, self.options.base, self.theta)  # noqa: E731
+        if q_shift is not None:
+            q = apply_rotary(q, angles(q_shift), self.options.layout)
+        if k_shift is not None:
+            k = apply_rotary(k, angles(k_shift), self.options.layout)
+        return (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
 
     def label(self) -> str:
         """``rope+yarn×8`` for a scaled model (plus any other changed option in brackets), ``+resonance`` after it."""
