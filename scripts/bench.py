@@ -10,9 +10,8 @@
    <= 1.5). Peak memory is measured for each scheme in a fresh process: the largest resident set seen (sampled every
    0.2 ms while its first forward runs, with glibc returning every allocation of 64 KiB or more to the OS) above the
    resident set just before it — what a mask kept for the next forward costs is in it.
-4. On CUDA (not measured on a CPU): the training step of model=small at L=512, compiled, bf16: tokens/s and MFU,
-   every bias scheme on FlexAttention (attention.backend=flex) ÷ NoPE on flash causal (target <= 1.3) and ÷ itself
-   on SDPA with a materialised mask. Written before a GPU was lent: not yet run.
+
+On a GPU, scripts/bench_gpu.py measures what only CUDA has (FlexAttention training, MFU).
 
 Writes results/benchmarks/<device>-<date>.csv and .md and prints the table. Usage:
 
@@ -212,21 +211,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="training steps per scheme per round")
     ap.add_argument("--big-batch", type=int, default=1, help="batch of the d=256, T=2048 evaluation (issue: 8; "
                     "CPU default 1: CoPE's explicit terms at batch 8 need more memory than this machine has)")
-    ap.add_argument("--sections", default="1,2,3,4", help="which sections to run (comma list); the files are named "
+    ap.add_argument("--sections", default="1,2,3", help="which sections to run (comma list); the files are named "
                     "<device>-<date>[-s<sections>] when not all")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks")
-    ap.add_argument("--prewarm", type=int, default=0, help="CUDA: compile section 4's models in this many processes "
-                    "at once first (fills torch.compile's on-disk caches; the timed process then compiles from them)")
-    ap.add_argument("--compile-child", nargs=2, metavar=("SCHEME", "BACKEND"), help=argparse.SUPPRESS)
     ap.add_argument("--memory-child", nargs=6, metavar=("SCHEME", "MODEL", "L", "T", "B", "DEVICE"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.compile_child:
-        dev = torch.device(args.device)
-        flex_step(*args.compile_child, dev, torch.autocast("cuda", dtype=torch.bfloat16), torch.Generator().manual_seed(0))
-        return
     if args.memory_child:
         n, mdl, L, T, B, d = args.memory_child
         peak_memory_child(n, mdl, int(L), int(T), int(B), d)
@@ -249,12 +241,6 @@ def main() -> None:
         rows += train_section(dev, ctx, args, names, x, y, L, B)
     if 3 in sections:
         rows += eval_section(dev, ctx, args, names, g, L)
-    if 4 in sections and dev.type == "cuda":
-        rows += flex_section(dev, ctx, args, g)
-        print("[4] flex vs flash causal and vs SDPA with a mask measured", flush=True)
-    elif 4 in sections:
-        rows.append({"section": "4 cuda", "scheme": "", "shape": "", "tokens_per_s": "", "ratio": "", "what": "",
-                     "target": "", "verdict": "", "note": "not measured: needs a CUDA device"})
     write(rows, args, dev, time.perf_counter() - t0, sections)
 
 
@@ -342,99 +328,34 @@ def eval_section(dev, ctx, args, names: list[str], g: torch.Generator, L: int) -
     return rows
 
 
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks (spec sheets)
-
-
-def flex_step(n: str, backend: str, dev: torch.device, ctx, g: torch.Generator, x=None, y=None):
-    """Section 4's compiled training step of ``n`` on ``backend``, compiled and warmed up: (step, model, cfg)."""
-    if x is None:
-        data = torch.randint(0, VOCAB, (FLEX_B, FLEX_L + 1), generator=g).to(dev)
-        x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-    m, c = model_for(n, "small", FLEX_L, dev, (f"attention.backend={backend}",))
-    fn = train_step_fn(torch.compile(m), make_optimizer(m, c.train, dev), x, y, ctx, True)
-    timed(fn, dev, 3)  # compile and warm up
-    return fn, m, c
-
-
-FLEX_L, FLEX_B = 512, 16
-
-
-def flex_section(dev: torch.device, ctx, args, g: torch.Generator) -> list[dict]:
-    """CUDA: the training step of model=small at L=512 (compiled, bf16), every bias scheme on FlexAttention and on
-    SDPA with a materialised mask, against NoPE on flash causal: tokens/s, MFU (6·N + 12·layers·d·T flops per
-    token over the device's bf16 peak), flex ÷ flash causal (target <= 1.3) and flex ÷ SDPA with a mask."""
-    L, B = FLEX_L, FLEX_B
-    data = torch.randint(0, VOCAB, (B, L + 1), generator=g).to(dev)
-    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-    name = torch.cuda.get_device_name(dev)
-    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-    runs = {("nope", "sdpa")} | {(n, b) for n in BIAS_SCHEMES for b in ("flex", "sdpa")}
-    fns, flops, out = {}, {}, []
-    if args.prewarm:
-        from concurrent.futures import ThreadPoolExecutor
-
-        def child(run: tuple[str, str]) -> None:
-            subprocess.run([sys.executable, __file__, "--device", args.device, "--compile-child", *run],
-                           capture_output=True, check=False)
-
-        with ThreadPoolExecutor(args.prewarm) as pool:
-            list(pool.map(child, sorted(runs)))
-        print(f"[4] compiled in {args.prewarm} processes at once", flush=True)
-    for n, backend in sorted(runs):
-        try:
-            fn, m, c = flex_step(n, backend, dev, ctx, g, x, y)
-        except Exception as e:  # a scheme the backend cannot compile is a row that says so, not a lost benchmark
-            out.append({"section": "4 cuda train step", "scheme": n, "shape": f"small L={L} B={B} {backend}",
-                        "tokens_per_s": "", "ratio": "", "what": "", "target": 1.3 if backend == "flex" else "",
-                        "verdict": "MISS" if backend == "flex" else "",
-                        "note": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"})
-            print(f"[4] {n} on {backend}: failed ({type(e).__name__})", flush=True)
-            continue
-        fns[(n, backend)] = fn
-        flops[(n, backend)] = 6 * m.num_params() + 12 * c.model.n_layers * c.model.d_model * L
-    times = {k: [] for k in fns}
-    keys = sorted(fns)
-    for r in range(args.rounds):
-        for k in in_turn(keys, r):
-            times[k].append(timed(fns[k], dev, args.steps))
-    for n, backend in keys:
-        t = statistics.median(times[(n, backend)])
-        tps = B * L / t
-        mfu = f"MFU {tps * flops[(n, backend)] / peak:.1%}" if peak else "MFU: unknown peak"
-        vs_flash = statistics.median(a / b for a, b in zip(times[(n, backend)], times[("nope", "sdpa")]))
-        out.append({"section": "4 cuda train step", "scheme": n, "shape": f"small L={L} B={B} {backend}",
-                    "tokens_per_s": round(tps), "ratio": round(vs_flash, 3), "what": "step time ÷ nope's (flash causal)",
-                    "target": 1.3 if backend == "flex" else "", "verdict": verdict(vs_flash, 1.3) if backend == "flex"
-                    else "", "note": mfu})
-        if backend == "flex" and (n, "sdpa") in times:
-            vs_mask = statistics.median(a / b for a, b in zip(times[(n, "flex")], times[(n, "sdpa")]))
-            out.append({"section": "4 cuda flex vs mask", "scheme": n, "shape": f"small L={L} B={B}",
-                        "tokens_per_s": "", "ratio": round(vs_mask, 3), "what": "flex step time ÷ sdpa+mask's",
-                        "target": "", "verdict": "", "note": ""})
-    return out
+COLUMNS = ["section", "scheme", "shape", "tokens_per_s", "ratio", "what", "target", "verdict", "note"]
 
 
 def write(rows: list[dict], args, dev: torch.device, seconds: float, sections: set[int]) -> None:
+    device = torch.cuda.get_device_name(dev).replace(" ", "-") if dev.type == "cuda" else "cpu"
+    args.out.mkdir(parents=True, exist_ok=True)
+    part = "" if sections >= {1, 2, 3} else "-s" + "".join(map(str, sorted(sections)))
+    base = args.out / f"{device}-{time.strftime('%Y-%m-%d')}{part}"
+    what = f"device {device if dev.type == 'cuda' else 'cpu (' + torch.backends.cpu.get_cpu_capability() + ')'}"
+    write_table(rows, base, f"{what}, torch {torch.__version__}, {torch.get_num_threads()} threads", args.rounds,
+                seconds)
+
+
+def write_table(rows: list[dict], base: Path, what: str, rounds: int, seconds: float) -> None:
+    """``base``.csv and ``base``.md (a header — ``what``, the rounds, the command, the wall time — and the table)."""
     import csv
 
-    device = torch.cuda.get_device_name(dev).replace(" ", "-") if dev.type == "cuda" else "cpu"
-    stamp = time.strftime("%Y-%m-%d")
-    args.out.mkdir(parents=True, exist_ok=True)
-    part = "" if sections >= {1, 2, 3, 4} else "-s" + "".join(map(str, sorted(sections)))
-    base = args.out / f"{device}-{stamp}{part}"
-    cols = ["section", "scheme", "shape", "tokens_per_s", "ratio", "what", "target", "verdict", "note"]
     with open(f"{base}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+        w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-    head = (f"device {device if dev.type == 'cuda' else 'cpu (' + torch.backends.cpu.get_cpu_capability() + ')'}, "
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} interleaved rounds, "
-            f"`python scripts/bench.py {' '.join(sys.argv[1:])}`".rstrip() + f", {seconds:.0f} s")
+    script = Path(sys.argv[0]).name
+    head = f"{what}, {rounds} interleaved rounds, `python scripts/{script} {' '.join(sys.argv[1:])}`".rstrip()
     misses = [r for r in rows if r["verdict"] == "MISS"]
-    lines = [f"# pe-bench benchmark, {stamp}", "", head, "",
+    lines = [f"# pe-bench benchmark, {time.strftime('%Y-%m-%d')}", "", f"{head}, {seconds:.0f} s", "",
              f"{len(misses)} of {sum(bool(r['verdict']) for r in rows)} targets missed.", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows]
     Path(f"{base}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[2:]))
     print(f"wrote {base}.csv and {base}.md")

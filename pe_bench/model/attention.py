@@ -33,6 +33,13 @@ MASK_BUDGET = 4 * 2**20
 # Outside autograd, explicit attention goes by blocks of query rows whose (B, H, rows, T) fp32 logits fit this (bytes;
 # score terms make several tensors of that size per block: CoPE about twenty).
 EXPLICIT_BUDGET = 2**20
+# On a GPU memory is plentiful and every block costs a round of kernel launches: both budgets are this there.
+CUDA_BUDGET = 256 * 2**20
+
+
+def budget(cpu_budget: int, device: torch.device) -> int:
+    """The bytes a block of query rows may take on ``device``: ``cpu_budget`` except on CUDA (CUDA_BUDGET)."""
+    return CUDA_BUDGET if device.type == "cuda" else cpu_budget
 
 TermsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
 ValueTermsFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
@@ -178,11 +185,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
 
 def explicit_rows(q: torch.Tensor, positions: torch.Tensor) -> int:
     """Query rows per block of explicit attention: all of them under autograd (the backward keeps every block's
-    tensors anyway) or when positions do not increase; else as many as EXPLICIT_BUDGET allows."""
+    tensors anyway) or when positions do not increase; else as many as the budget allows (:func:`budget`)."""
     B, H, T, _ = q.shape
     if not lean_inference() or T < 2 or not bool((positions[1:] > positions[:-1]).all()):
         return T
-    return max(1, min(T, EXPLICIT_BUDGET // (B * H * T * 4)))
+    return max(1, min(T, budget(EXPLICIT_BUDGET, q.device) // (B * H * T * 4)))
 
 
 def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | BiasRows | None,
@@ -231,6 +238,26 @@ def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     return out
 
 
+# FlexAttention's kernel options per GPU generation (compute capability) and head dimension, for what torch's defaults
+# get wrong. On sm90 (H100/H200) at head dimension 64 the default backward tiles (64/128/128/64, 3 stages) need
+# 245,760 bytes of shared memory once a score_mod reads a captured table, over the 232,448 an SM has: the backward of
+# every bias scheme then fails to compile. Candidates are searched by scripts/bench_gpu.py; here the first that
+# compiles for every bias scheme (torch's own sm90 backward tiles for heads under 64: 64/64/64/64, 3 stages, 4 warps).
+FLEX_KERNEL_OPTIONS: dict[tuple[int, int, int], dict] = {
+    (9, 0, 64): {"bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_num_warps": 4},
+}
+
+
+def flex_kernel_options(q: torch.Tensor) -> dict | None:
+    """q: (B, H, T, D) -> the kernel options of :data:`FLEX_KERNEL_OPTIONS` for its GPU and head dimension, or None
+    (torch's defaults; always on the CPU)."""
+    if not q.is_cuda:
+        return None
+    major, minor = torch.cuda.get_device_capability(q.device)
+    options = FLEX_KERNEL_OPTIONS.get((major, minor, q.shape[-1]))
+    return dict(options) if options else None
+
+
 @functools.lru_cache(maxsize=8)
 def causal_block_mask(T: int, device: str):
     """FlexAttention's causal BlockMask for length T (positions increase: causal by index), kept per length."""
@@ -246,7 +273,8 @@ def attend_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod) ->
     from torch.nn.attention.flex_attention import flex_attention
 
     if q.is_cuda:
-        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[2], str(q.device)))
+        return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[2], str(q.device)),
+                                kernel_options=flex_kernel_options(q))
     with warnings.catch_warnings():  # "called without torch.compile": eager is the point here (a reference)
         warnings.simplefilter("ignore", UserWarning)
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=causal_block_mask(q.shape[2], str(q.device)))

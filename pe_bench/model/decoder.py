@@ -192,7 +192,7 @@ class Decoder(nn.Module):
     def _bias_mask(self, positions: torch.Tensor, layer: int,
                    default_positions: bool) -> torch.Tensor | BiasRows | None:
         """The scheme's score bias as an additive causal mask (1, H, T, T), or None. Outside autograd:
-        - a mask of more than attention.MASK_BUDGET bytes is never built whole: attention gets BiasRows (a block of
+        - a mask of more than attention.budget() bytes is never built whole: attention gets BiasRows (a block of
           query rows at a time; positions must increase);
         - a bias that is a function of i − j, at positions 0..T−1, is computed once per distance (BiasRows);
         - a smaller one that cannot have changed — shared by all layers, at positions 0..T-1, from the scheme's
@@ -203,9 +203,10 @@ class Decoder(nn.Module):
             return None
         outside = lean_inference()
         by_distance = outside and default_positions and self.scheme.bias_by_distance()  # one value per distance
-        if outside and H * T * T * 4 > attention.MASK_BUDGET and (
+        room = attention.budget(attention.MASK_BUDGET, positions.device)
+        if outside and H * T * T * 4 > room and (
                 default_positions or bool((positions[1:] > positions[:-1]).all())):
-            return BiasRows(self.scheme, positions, layer, attention.MASK_BUDGET // (H * T * 4), by_distance)
+            return BiasRows(self.scheme, positions, layer, room // (H * T * 4), by_distance)
         key = state = None
         if outside and default_positions and not self.scheme.bias_per_layer:
             state = (*self.scheme.parameters(), *self.scheme.buffers())

@@ -196,13 +196,16 @@ class Scheme(nn.Module):
             return None
         if self.bias_by_distance():
             # distances 0..n−1 (positions increase); traced by torch.compile, positions are the forward's own
-            # 0..T−1 (Decoder refuses others there): no .item(), which would break the graph at every layer
-            n = positions.shape[0] if torch.compiler.is_compiling() else int(positions[-1] - positions[0]) + 1
+            # 0..T−1 (Decoder refuses others there): no .item(), which would break the graph at every layer, and the
+            # distance is the indices' own (no position reads in the kernel)
+            compiling = torch.compiler.is_compiling()
+            n = positions.shape[0] if compiling else int(positions[-1] - positions[0]) + 1
             table = self.score_bias(positions.new_tensor([n - 1]), torch.arange(n, device=positions.device),
                                     layer)[:, 0].float()  # (H, n): the bias at distance n − 1 − j
 
             def mod(score, b, h, q_idx, kv_idx):
-                return score + table[h, n - 1 - (positions[q_idx] - positions[kv_idx]).clamp(0, n - 1)]
+                distance = q_idx - kv_idx if compiling else positions[q_idx] - positions[kv_idx]
+                return score + table[h, n - 1 - distance.clamp(0, n - 1)]
 
             return mod
 

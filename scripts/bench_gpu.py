@@ -1,0 +1,278 @@
+"""pe-bench on a CUDA GPU, measured side by side in one process (interleaved rounds, medians of per-round ratios).
+
+1. FlexAttention's kernel options: the candidates of CANDIDATES in order, each compiled for the training step of every
+   bias scheme no earlier candidate compiled for (a fresh process per scheme and candidate, all at once, beside the
+   SDPA steps: this also fills torch.compile's on-disk caches, so the timed process compiles from them). Each scheme
+   is timed below with its first candidate that compiles; the one for all goes in
+   pe_bench.model.attention.FLEX_KERNEL_OPTIONS for this GPU.
+2. Training step of model=small at L = 512, B = 16, compiled, bf16: every bias scheme on FlexAttention and on SDPA
+   with a materialised mask, ÷ NoPE's on flash causal SDPA (targets: flex <= 1.15× NoPE's and <= SDPA+mask's).
+3. Evaluation forward at 8L (T = 4096, B = 4, eager model, bf16): the same ratios (the evaluator's path).
+4. MFU of NoPE's training step by batch size (6·N + 12·layers·d·T flops per token over the device's dense bf16
+   peak; the attention term counted whole, as nanoGPT and PaLM do), and a profile of the largest batch's step.
+
+Usage (on the GPU machine, from the project root): python scripts/bench_gpu.py --out DIR
+Writes DIR/gpu-bench.csv, DIR/gpu-bench.md (the table and the header: device, torch, command, wall time) and
+DIR/gpu-profile.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+import torch._dynamo
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench import VOCAB, in_turn, model_for, timed, train_step_fn, write_table  # noqa: E402
+
+from pe_bench.model import attention  # noqa: E402
+from pe_bench.train import make_optimizer  # noqa: E402
+
+BIAS_SCHEMES = ("alibi", "t5", "kerple_log", "kerple_power", "sandwich", "hybrid")  # FIRE: refused on flex
+# Backward tile options to try for the flex training step ("bwd_" keys reach the backward kernel only). torch's sm90
+# default at head dimension 64 is 64/128/128/64 with 3 stages and 8 warps.
+CANDIDATES = ({"bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_num_warps": 4},  # torch's sm90 tiles for heads < 64
+              {"bwd_num_stages": 2})
+L, B, EVAL_T, EVAL_B = 512, 16, 4096, 4
+MFU_BATCHES = (16, 64, 128, 256)
+TRAIN_TARGET = 1.15
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks (spec sheets)
+CTX = None  # bf16 autocast, set in main
+
+
+def set_flex_options(options: dict | None) -> None:
+    """Make ``options`` pe-bench's FlexAttention kernel options for this GPU at head dimension 64 (None: torch's)."""
+    key = (*torch.cuda.get_device_capability(), 64)
+    if attention.FLEX_KERNEL_OPTIONS.get(key) == options:  # unchanged: compiled graphs guarded on it stay valid
+        return
+    attention.FLEX_KERNEL_OPTIONS.pop(key, None)
+    if options:
+        attention.FLEX_KERNEL_OPTIONS[key] = dict(options)
+
+
+def batch(b: int, t: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    data = torch.randint(0, VOCAB, (b, t + 1), generator=g).cuda()
+    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+
+def train_step(name: str, backend: str, b: int):
+    """The compiled bf16 training step of model=small for ``name`` on ``backend`` at batch ``b``, warmed up:
+    (step, flops per token)."""
+    m, c = model_for(name, "small", L, torch.device("cuda"), (f"attention.backend={backend}",))
+    x, y = batch(b, L)
+    fn = train_step_fn(torch.compile(m, dynamic=False), make_optimizer(m, c.train, torch.device("cuda")), x, y, CTX, True)
+    timed(fn, torch.device("cuda"), 3)
+    return fn, 6 * m.num_params() + 12 * c.model.n_layers * c.model.d_model * L
+
+
+def eval_forward(name: str, backend: str):
+    """The evaluator's forward at 8L (eager model, bf16, inference mode), warmed up."""
+    m, _ = model_for(name, "small", L, torch.device("cuda"), (f"attention.backend={backend}",))
+    m.eval()
+    x, _ = batch(EVAL_B, EVAL_T, seed=1)
+
+    def f() -> None:
+        with torch.inference_mode(), CTX:
+            m(x)
+    timed(f, torch.device("cuda"), 2)
+    return f
+
+
+def child(name: str, backend: str, b: int, candidate: int) -> None:
+    """In a fresh process: compile (and so cache) one training step, and for flex the 8L forward; print the outcome."""
+    set_flex_options(CANDIDATES[candidate] if candidate >= 0 else None)
+    try:
+        train_step(name, backend, b)
+        if backend == "flex":
+            eval_forward(name, backend)
+        print(json.dumps({"ok": True}))
+    except Exception as e:  # the outcome is the data here: which options compile
+        print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}))
+
+
+def run_children(jobs: list[tuple[str, str, int, int]], workers: int) -> dict:
+    def one(job):
+        out = subprocess.run([sys.executable, __file__, "--child", *map(str, job)], capture_output=True, text=True)
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        return job, json.loads(lines[-1]) if lines else {"ok": False, "error": out.stderr.strip()[-300:]}
+
+    with ThreadPoolExecutor(workers) as pool:
+        return dict(pool.map(one, jobs))
+
+
+def search(workers: int) -> tuple[list[dict], dict[str, int | None]]:
+    """Section 1: which candidate compiles for which scheme (rows), and the candidate index to use per scheme: the
+    candidates in order, each tried only on the schemes no earlier one compiled for."""
+    jobs = [(n, "flex", B, 0) for n in BIAS_SCHEMES]
+    jobs += [(n, "sdpa", B, -1) for n in ("nope", *BIAS_SCHEMES)] + [("nope", "sdpa", b, -1) for b in MFU_BATCHES[1:]]
+    done = run_children(jobs, workers)
+    for i in range(1, len(CANDIDATES)):
+        failing = [n for n in BIAS_SCHEMES if not any(done.get((n, "flex", B, j), {}).get("ok") for j in range(i))]
+        if failing:
+            done |= run_children([(n, "flex", B, i) for n in failing], workers)
+    rows = [row("1 flex kernel options", job[0], f"small L={L} B={B} flex",
+                note=f"{json.dumps(CANDIDATES[job[3]])}: " + ("compiles" if out["ok"] else out["error"]))
+            for job, out in done.items() if job[1] == "flex"]
+    rows += [row("1 compile", job[0], f"small L={L} B={job[2]} sdpa", note=out["error"])
+             for job, out in done.items() if job[1] == "sdpa" and not out["ok"]]
+    chosen = {n: next((i for i in range(len(CANDIDATES)) if done.get((n, "flex", B, i), {}).get("ok")), None)
+              for n in BIAS_SCHEMES}
+    return rows, chosen
+
+
+def row(section: str, scheme: str, shape: str, tokens_per_s="", ratio="", what="", target="", verdict="",
+        note="") -> dict:
+    return {"section": section, "scheme": scheme, "shape": shape, "tokens_per_s": tokens_per_s, "ratio": ratio,
+            "what": what, "target": target, "verdict": verdict, "note": note}
+
+
+def rounds(fns: dict, n: int, steps: int) -> dict:
+    times = {k: [] for k in fns}
+    for r in range(n):
+        for k in in_turn(sorted(fns), r):
+            times[k].append(timed(fns[k], torch.device("cuda"), steps))
+    return times
+
+
+def ratio(times: dict, a, b) -> float:
+    return round(statistics.median(x / y for x, y in zip(times[a], times[b])), 3)
+
+
+def train_section(chosen: dict, args) -> list[dict]:
+    """Section 2: flex and SDPA+mask training steps of every bias scheme ÷ NoPE's flash step."""
+    fns, out = {}, []
+    fns[("nope", "sdpa")] = train_step("nope", "sdpa", B)[0]
+    for n in BIAS_SCHEMES:
+        fns[(n, "sdpa")] = train_step(n, "sdpa", B)[0]
+        if chosen[n] is None:
+            out.append(row("2 train step", n, f"small L={L} B={B} flex", target=TRAIN_TARGET, verdict="MISS",
+                           note="no candidate compiles"))
+            continue
+        set_flex_options(CANDIDATES[chosen[n]])
+        try:
+            fns[(n, "flex")] = train_step(n, "flex", B)[0]
+        except Exception as e:  # a failure is a row that says so, not a lost benchmark
+            out.append(row("2 train step", n, f"small L={L} B={B} flex", target=TRAIN_TARGET, verdict="MISS",
+                           note=f"failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"))
+    times = rounds(fns, args.rounds, args.steps)
+    for (n, backend) in sorted(fns):
+        r = ratio(times, (n, backend), ("nope", "sdpa"))
+        tps = round(B * L / statistics.median(times[(n, backend)]))
+        note = ""
+        if backend == "flex":
+            vs_mask = ratio(times, (n, "flex"), (n, "sdpa"))
+            ok = r <= TRAIN_TARGET and vs_mask <= 1.0
+            note = f"÷ sdpa+mask {vs_mask}; options {json.dumps(CANDIDATES[chosen[n]])}"
+            out.append(row("2 train step", n, f"small L={L} B={B} flex", tps, r, "step time ÷ nope's (flash)",
+                           f"<= {TRAIN_TARGET}, <= sdpa+mask", "ok" if ok else "MISS", note))
+        else:
+            out.append(row("2 train step", n, f"small L={L} B={B} {backend}", tps, r, "step time ÷ nope's (flash)"))
+    print("[2] training steps measured", flush=True)
+    return out
+
+
+def eval_section(chosen: dict, args) -> list[dict]:
+    """Section 3: the 8L forward of every bias scheme on flex and SDPA (by blocks of rows) ÷ NoPE's."""
+    fns, out = {("nope", "sdpa"): eval_forward("nope", "sdpa")}, []
+    for n in BIAS_SCHEMES:
+        fns[(n, "sdpa")] = eval_forward(n, "sdpa")
+        if chosen[n] is not None:
+            set_flex_options(CANDIDATES[chosen[n]])
+            try:
+                fns[(n, "flex")] = eval_forward(n, "flex")
+            except Exception as e:
+                out.append(row("3 eval 8L", n, f"small T={EVAL_T} B={EVAL_B} flex", verdict="MISS",
+                               note=f"failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"))
+    times = rounds(fns, args.rounds, 2)
+    for (n, backend) in sorted(fns):
+        r = ratio(times, (n, backend), ("nope", "sdpa"))
+        tps = round(EVAL_B * EVAL_T / statistics.median(times[(n, backend)]))
+        note = f"÷ sdpa {ratio(times, (n, 'flex'), (n, 'sdpa'))}" if backend == "flex" else ""
+        ok = backend != "flex" or (r <= TRAIN_TARGET and ratio(times, (n, "flex"), (n, "sdpa")) <= 1.0)
+        out.append(row("3 eval 8L", n, f"small T={EVAL_T} B={EVAL_B} {backend}", tps, r, "forward time ÷ nope's",
+                       f"<= {TRAIN_TARGET}, <= sdpa" if backend == "flex" else "",
+                       ("ok" if ok else "MISS") if backend == "flex" else "", note))
+    print("[3] 8L forwards measured", flush=True)
+    return out
+
+
+def mfu_section(args, peak: float | None) -> list[dict]:
+    """Section 4: NoPE's compiled training step by batch: tokens/s and MFU; the largest batch's profile."""
+    fns, flops = {}, 0.0
+    for b in MFU_BATCHES:
+        fns[b], flops = train_step("nope", "sdpa", b)
+    times = rounds(fns, args.rounds, args.steps)
+    out = []
+    for b in MFU_BATCHES:
+        tps = b * L / statistics.median(times[b])
+        mfu = f"{tps * flops / peak:.1%}" if peak else "unknown peak"
+        out.append(row("4 MFU", "nope", f"small L={L} B={b} sdpa", round(tps), "", "MFU", ">= 25%", "ok" if peak and
+                       tps * flops / peak >= 0.25 else "MISS", f"MFU {mfu}, {1000 * statistics.median(times[b]):.1f} ms"))
+    profile(fns[MFU_BATCHES[-2]], args.out / "gpu-profile.txt")
+    print("[4] MFU measured", flush=True)
+    return out
+
+
+def profile(fn, path: Path) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    path.write_text(f"NoPE, model=small, L={L}, B={MFU_BATCHES[-2]}, compiled bf16 step, 3 steps\n\n"
+                    + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+
+
+def main() -> None:
+    global CTX
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5, help="training steps per model per round")
+    ap.add_argument("--workers", type=int, default=16, help="compile processes at once (section 1)")
+    ap.add_argument("--sections", default="1,2,3,4")
+    ap.add_argument("--child", nargs=4, metavar=("SCHEME", "BACKEND", "B", "CANDIDATE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_gpu.py measures the CUDA path: no CUDA GPU is visible (the CPU benchmark is scripts/bench.py)")
+    CTX = torch.autocast("cuda", dtype=torch.bfloat16)
+    # Every model measured here is compiled in this one process: a graph each, past dynamo's default limit of 8
+    # recompiles of one function (beyond it dynamo would run the rest eagerly, and time the wrong thing).
+    for knob in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 64)
+    if args.child:
+        n, backend, b, cand = args.child
+        child(n, backend, int(b), int(cand))
+        return
+    t0 = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    sections = {int(s) for s in args.sections.split(",")}
+    name = torch.cuda.get_device_name()
+    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    rows, chosen = search(args.workers) if 1 in sections else ([], {n: 0 for n in BIAS_SCHEMES})
+    print(f"[1] flex options searched: {chosen}", flush=True)
+    for number, section in ((2, lambda: train_section(chosen, args)), (3, lambda: eval_section(chosen, args)),
+                            (4, lambda: mfu_section(args, peak))):
+        if number in sections:
+            rows += section()
+    write_table(rows, args.out / "gpu-bench", f"device {name.replace(' ', '-')}, torch {torch.__version__}",
+                args.rounds, time.perf_counter() - t0)
+
+
+if __name__ == "__main__":
+    main()
