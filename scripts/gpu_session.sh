@@ -8,14 +8,14 @@
 # (the directory holds wiki.train.raw, wiki.valid.raw, wiki.test.raw). Writes OUT_DIR/session.log, the benchmark's
 # gpu-bench.{csv,md} and gpu-profile.txt, and OUT_DIR/gpu-wikitext2.tar.gz (the runs without checkpoints, the report,
 # every log). The whole sitting ends within TOTAL_S seconds (default 570): each stage's limit (BENCH_S, SWEEP_S,
-# TESTS_S, EXTRA_S) is cut to what is left once the later stages' minimum is kept for them.
+# TESTS_S, EXTRA_S) is cut to what is left once the later stages' minimum is kept for them; 0 skips a stage.
 set -uo pipefail
 deadline=$((SECONDS + ${TOTAL_S:-570}))
 limit() { local left=$((deadline - SECONDS - $2)); echo $((left < $1 ? left : $1)); }  # limit WANTED RESERVED
 out=$(realpath -m "${1:?usage: gpu_session.sh OUT_DIR WIKITEXT2_RAW_DIR}")
 data=$(realpath "${2:?usage: gpu_session.sh OUT_DIR WIKITEXT2_RAW_DIR}")
 work=${WORK:-/tmp/pe-gpu}  # kept on the machine: a later call on the same one can resume from it
-mkdir -p "$out" "$work/logs"
+mkdir -p "$out" "$work/logs"  # a second sitting on the same machine: finished points are skipped
 log="$out/session.log"
 say() { echo "[$(date +%T)] $*" | tee -a "$log"; }
 files=(data.files.train="$data/wiki.train.raw" data.files.validation="$data/wiki.valid.raw"
@@ -27,10 +27,12 @@ say "environment"
   git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -n 20
 } 2>&1 | tee -a "$log"
 
-say "1. bench_gpu.py (alone on the GPU)"
-timeout "$(limit "${BENCH_S:-220}" 320)" python3 scripts/bench_gpu.py --out "$out" >"$work/logs/bench_gpu.log" 2>&1
-say "bench exit $?"
-grep -E "^\[|^\| |targets missed|Error" "$work/logs/bench_gpu.log" | tail -n 60 | tee -a "$log"
+if [ "${BENCH_S:-220}" -gt 0 ]; then
+  say "1. bench_gpu.py (alone on the GPU)"
+  timeout "$(limit "${BENCH_S:-220}" 320)" python3 scripts/bench_gpu.py --out "$out" >"$work/logs/bench_gpu.log" 2>&1
+  say "bench exit $?"
+  grep -E "^\[|^\| |targets missed|Error" "$work/logs/bench_gpu.log" | tail -n 60 | tee -a "$log"
+fi
 
 say "2. the corpus tokenized once (BPE trained on the train split)"
 python3 - "${files[@]}" <<'EOF' 2>&1 | tail -n 3 | tee -a "$log"
@@ -45,14 +47,16 @@ EOF
 say "2. sweep=gpu_wikitext2, nine points at once; the cuda-marked tests beside it"
 sweep_s=$(limit "${SWEEP_S:-300}" 45)
 timeout "$sweep_s" python3 -m pe_bench sweep sweep=gpu_wikitext2 "${files[@]}" "results_dir=$work/wt2" \
-  --parallel 9 --no-progress >"$work/logs/sweep.log" 2>&1 &
+  --parallel 9 --no-progress >>"$work/logs/sweep.log" 2>&1 &
 sweep=$!
 workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
 tests_s=${TESTS_S:-240}
-timeout "$((tests_s < sweep_s ? tests_s : sweep_s))" python3 -m pytest -q -rf -p no:cacheprovider $workers -m cuda tests/test_cuda.py \
-  >"$work/logs/cuda_tests.log" 2>&1
-say "cuda tests exit $?"
-tail -n 15 "$work/logs/cuda_tests.log" | tee -a "$log"
+if [ "$tests_s" -gt 0 ]; then
+  timeout "$((tests_s < sweep_s ? tests_s : sweep_s))" python3 -m pytest -q -rf -p no:cacheprovider $workers -m cuda \
+    tests/test_cuda.py >"$work/logs/cuda_tests.log" 2>&1
+  say "cuda tests exit $?"
+  tail -n 15 "$work/logs/cuda_tests.log" | tee -a "$log"
+fi
 wait $sweep
 say "sweep exit $?"
 pkill -TERM -f "pe_bench train"  # past its limit the sweep is stopped, and its runs save a checkpoint and stop
