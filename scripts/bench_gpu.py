@@ -40,10 +40,11 @@ from pe_bench.model import attention  # noqa: E402
 from pe_bench.train import make_optimizer  # noqa: E402
 
 BIAS_SCHEMES = ("alibi", "t5", "kerple_log", "kerple_power", "sandwich", "hybrid")  # FIRE: refused on flex
-# Backward tile options to try for the flex training step ("bwd_" keys reach the backward kernel only). torch's sm90
-# default at head dimension 64 is 64/128/128/64 with 3 stages and 8 warps.
-CANDIDATES = ({"bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_num_warps": 4},  # torch's sm90 tiles for heads < 64
-              {"bwd_num_stages": 2})
+# Kernel options to try for the flex training step, in order ("fwd_"/"bwd_" keys reach one kernel only). torch's sm90
+# defaults at head dimension 64: forward 128/64 with 3 stages, backward 64/128/128/64 with 3 stages and 8 warps.
+CANDIDATES = ({"fwd_BLOCK_M": 64},
+              {"fwd_num_stages": 2},
+              {"fwd_num_stages": 2, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_num_warps": 4})
 L, B, EVAL_T, EVAL_B = 512, 16, 4096, 4
 MFU_BATCHES = (16, 64, 128, 256)
 TRAIN_TARGET = 1.15
@@ -238,13 +239,14 @@ def profile(fn, path: Path) -> None:
 
 
 def main() -> None:
-    global CTX
+    global CTX, BIAS_SCHEMES
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "benchmarks")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5, help="training steps per model per round")
     ap.add_argument("--workers", type=int, default=16, help="compile processes at once (section 1)")
     ap.add_argument("--sections", default="1,2,3,4")
+    ap.add_argument("--schemes", default=",".join(BIAS_SCHEMES), help="the bias schemes measured (comma list)")
     ap.add_argument("--child", nargs=4, metavar=("SCHEME", "BACKEND", "B", "CANDIDATE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -259,6 +261,7 @@ def main() -> None:
         n, backend, b, cand = args.child
         child(n, backend, int(b), int(cand))
         return
+    BIAS_SCHEMES = tuple(args.schemes.split(","))
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     sections = {int(s) for s in args.sections.split(",")}

@@ -238,13 +238,14 @@ def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     return out
 
 
-# FlexAttention's kernel options per GPU generation (compute capability) and head dimension, for what torch's defaults
-# get wrong. On sm90 (H100/H200) at head dimension 64 the default backward tiles (64/128/128/64, 3 stages) need
-# 245,760 bytes of shared memory once a score_mod reads a captured table, over the 232,448 an SM has: the backward of
-# every bias scheme then fails to compile. Candidates are searched by scripts/bench_gpu.py; here the first that
-# compiles for every bias scheme (torch's own sm90 backward tiles for heads under 64: 64/64/64/64, 3 stages, 4 warps).
+# FlexAttention's kernel options per GPU generation (compute capability) and head dimension, where torch's defaults
+# fail. On sm90 (H100/H200) at head dimension 64, torch.compile of a training step fuses the q/k/v projection's
+# split, views and casts into the flex forward kernel; its default tiles (BLOCK_M 128, BLOCK_N 64, 3 stages) then need
+# 245,760 bytes of shared memory, over the 232,448 an SM has, and every bias scheme's step failed to compile (torch
+# 2.11). Searched by scripts/bench_gpu.py (results/benchmarks/*2026-11-26*): backward tiles alone left it at 245,760,
+# two forward stages raised it to 278,528; 64-row forward tiles compile for ALiBi, T5 and KERPLE-power.
 FLEX_KERNEL_OPTIONS: dict[tuple[int, int, int], dict] = {
-    (9, 0, 64): {"bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_num_warps": 4},
+    (9, 0, 64): {"fwd_BLOCK_M": 64},
 }
 
 
