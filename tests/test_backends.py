@@ -108,9 +108,11 @@ def test_outside_autograd_every_backend_and_every_block_size_gives_the_reference
                 outs["sdpa by blocks"] = model(x)
                 monkeypatch.setattr(attention, "MASK_BUDGET", 2**40)
             if backend == "explicit":
-                for rows in (5, 1):
-                    monkeypatch.setattr(attention, "EXPLICIT_BUDGET", 2 * 4 * T * 4 * rows)
+                for rows in (5, 1):  # blocks of one sequence's rows
+                    monkeypatch.setattr(attention, "EXPLICIT_BUDGET", 4 * T * 4 * rows)
                     outs[f"explicit by {rows} rows"] = model(x)
+                monkeypatch.setattr(attention, "EXPLICIT_BUDGET", 2 * 4 * T * 4 * T)  # every row, one sequence a block
+                outs["explicit by sequences"] = model(x) if x.shape[0] > 1 else ref
                 monkeypatch.setattr(attention, "EXPLICIT_BUDGET", 2**40)
     assert "explicit by 1 rows" in outs
     for what, out in outs.items():
@@ -121,10 +123,18 @@ def test_explicit_blocks_are_bounded_outside_autograd_and_whole_under_it():
     q = torch.zeros(2, 4, 1024, 8)
     positions = torch.arange(1024)
     with torch.no_grad():
-        rows = attention.explicit_rows(q, positions)
-        assert rows * 2 * 4 * 1024 * 4 <= attention.EXPLICIT_BUDGET and rows >= 1
-        assert attention.explicit_rows(q, positions.flip(0)) == 1024  # positions must increase for the prefix
-    assert attention.explicit_rows(q, positions) == 1024
+        seqs, rows = attention.explicit_blocks(q, positions)
+        assert seqs * rows * 4 * 1024 * 4 <= attention.EXPLICIT_BUDGET and rows >= 1 and seqs >= 1
+        assert attention.explicit_blocks(q, positions.flip(0)) == (2, 1024)  # positions must increase (prefixes)
+    assert attention.explicit_blocks(q, positions) == (2, 1024)
+
+
+def test_explicit_blocks_take_rows_of_one_sequence_first_then_sequences():
+    """A block reads its keys once for all its rows: the budget goes to rows of one sequence, then to sequences."""
+    positions = torch.arange(64)
+    with torch.no_grad():
+        assert attention.explicit_blocks(torch.zeros(8, 4, 64, 8), positions) == (8, 64)  # 1 MiB holds it all
+        assert attention.explicit_blocks(torch.zeros(8, 8, 2048, 32), torch.arange(2048)) == (1, 16)
 
 
 @pytest.mark.parametrize("overrides, says", [

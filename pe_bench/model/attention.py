@@ -174,6 +174,11 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: BiasRow
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """q, k, v: (B, H, T, D); mask: (1, H, T, T) additive, or None for plain causal. -> (B, H, T, D)."""
+    wider = q.shape[-1] - v.shape[-1]
+    if wider > 0 and lean_inference():
+        # SDPA's fused kernels need v as wide as q·k (PoPE's q·k is twice as wide); otherwise it falls back to the
+        # math kernel, which builds (B, H, T, T) scores. Zero columns in v, dropped from the output: the same numbers.
+        return attend(q, k, F.pad(v, (0, wider)), mask)[..., :v.shape[-1]]
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     # On CUDA keep the bias off cuDNN: it misreads an fp32 mask under bf16 q and gives NaN grads when T % 128 == 64
@@ -183,13 +188,17 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
 
 
-def explicit_rows(q: torch.Tensor, positions: torch.Tensor) -> int:
-    """Query rows per block of explicit attention: all of them under autograd (the backward keeps every block's
-    tensors anyway) or when positions do not increase; else as many as the budget allows (:func:`budget`)."""
+def explicit_blocks(q: torch.Tensor, positions: torch.Tensor) -> tuple[int, int]:
+    """(sequences, query rows) per block of explicit attention: everything at once under autograd (the backward
+    keeps every block's tensors anyway) or when positions do not increase; else as many rows of one sequence as the
+    budget allows (:func:`budget`), then as many sequences of those rows. Rows of one sequence first: each block
+    reads its keys once for all its rows, so many rows of few sequences read the keys least often."""
     B, H, T, _ = q.shape
     if not lean_inference() or T < 2 or not bool((positions[1:] > positions[:-1]).all()):
-        return T
-    return max(1, min(T, budget(EXPLICIT_BUDGET, q.device) // (B * H * T * 4)))
+        return B, T
+    room = budget(EXPLICIT_BUDGET, q.device)
+    rows = max(1, min(T, room // (H * T * 4)))
+    return max(1, min(B, room // (H * rows * T * 4))), rows
 
 
 def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | BiasRows | None,
@@ -200,42 +209,54 @@ def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     (Shaw, Transformer-XL, CoPE), and of every scheme when a ``probe`` wants the attention weights (pe-bench
     analyze: then in one block).
 
-    q, k, v: (B, H, T, D); mask: additive (1, H, T, T) (bias + causal), BiasRows, or None for plain causal;
-    terms(q_rows, k_rows, q_pos, k_pos) -> extra logits (B, H, r, c) or None; value_terms(probs, q_pos, k_pos) ->
-    (B, H, r, D) or None, added to the output; probe(probs) sees the weights (B, H, T, T); weights(logits, q_pos,
+    q, k, v: (B, H, T, D); mask: additive (1 or B, H, T, T) (bias + causal), BiasRows, or None for plain causal;
+    terms(q_rows, k_rows, q_pos, k_pos) -> extra logits (b, H, r, c) or None; value_terms(probs, q_pos, k_pos) ->
+    (b, H, r, D) or None, added to the output; probe(probs) sees the weights (B, H, T, T); weights(logits, q_pos,
     k_pos) -> the weights in place of the softmax, or None. Softmax in float32.
-    Outside autograd the query rows go by blocks (:func:`explicit_rows`), each against its causal prefix of keys."""
-    T = q.shape[2]
-    rows = T if probe is not None else explicit_rows(q, positions)
-    out = None if rows >= T else q.new_empty((*q.shape[:-1], v.shape[-1]))  # (B, H, T, Dv)
-    for i, j in row_blocks(T, rows):
-        keys = T if rows >= T else j
-        q_pos, k_pos = positions[i:j], positions[:keys]
-        qb, kb = q[:, :, i:j], k[:, :, :keys]
-        # The scheme's terms first: autograd sums q's and k's gradients in the order of the operations, and the
-        # committed runs of CoPE were trained with this one (another order changes the low bits, then a whole run).
-        extra = None if terms is None else terms(qb, kb, q_pos, k_pos)
-        logits = (qb @ kb.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
-        if extra is not None:
-            logits += extra.float()
-        block_mask = mask_block(mask, i, j, keys)
-        if block_mask is None:
-            mask_future_(logits, q_pos, k_pos, 0 if rows >= T else i)
-        else:
-            logits += block_mask.float()
-        probs = None if weights is None else weights(logits, q_pos, k_pos)
-        if probs is None:
-            probs = logits.softmax(-1)
-        if probe is not None:
-            probe(probs)
-        y = probs.to(v.dtype) @ v[:, :, :keys]
-        added = None if extra is None or value_terms is None else value_terms(probs, q_pos, k_pos)
-        if added is not None:
-            y = y + added.to(y.dtype)
-        if out is None:
-            return y
-        out[:, :, i:j] = y
+    Outside autograd the work goes by blocks of sequences and query rows (:func:`explicit_blocks`), each block of
+    rows against its causal prefix of keys."""
+    B, T = q.shape[0], q.shape[2]
+    seqs, rows = (B, T) if probe is not None else explicit_blocks(q, positions)
+    if seqs >= B and rows >= T:
+        return explicit_block(q, k, v, mask_block(mask, 0, T, T), positions, positions, 0, terms, value_terms, probe,
+                              weights)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))  # (B, H, T, Dv)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # transposed views: each block's matmuls would copy
+    for b in range(0, B, seqs):
+        s = slice(b, b + seqs)
+        for i, j in row_blocks(T, rows):
+            m = mask_block(mask, i, j, j)
+            if m is not None and m.shape[0] > 1:  # a mask of the data (FoX): its sequences' own
+                m = m[s]
+            out[s, :, i:j] = explicit_block(q[s, :, i:j], k[s, :, :j], v[s, :, :j], m, positions[i:j],
+                                            positions[:j], i, terms, value_terms, None, weights)
     return out
+
+
+def explicit_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                   q_pos: torch.Tensor, k_pos: torch.Tensor, first: int, terms: TermsFn | None,
+                   value_terms: ValueTermsFn | None, probe: Callable[[torch.Tensor], None] | None,
+                   weights: WeightsFn | None) -> torch.Tensor:
+    """One block of :func:`attend_explicit`: query rows at ``q_pos`` (the first is row ``first``) against the keys at
+    ``k_pos``; ``mask``: that block's additive mask (None: causal by position)."""
+    # The scheme's terms first: autograd sums q's and k's gradients in the order of the operations, and the
+    # committed runs of CoPE were trained with this one (another order changes the low bits, then a whole run).
+    extra = None if terms is None else terms(q, k, q_pos, k_pos)
+    logits = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+    if extra is not None:
+        logits += extra.float()
+    if mask is None:
+        mask_future_(logits, q_pos, k_pos, first)
+    else:
+        logits += mask.float()
+    probs = None if weights is None else weights(logits, q_pos, k_pos)
+    if probs is None:
+        probs = logits.softmax(-1)
+    if probe is not None:
+        probe(probs)
+    y = probs.to(v.dtype) @ v
+    added = None if extra is None or value_terms is None else value_terms(probs, q_pos, k_pos)
+    return y if added is None else y + added.to(y.dtype)
 
 
 # FlexAttention's kernel options per GPU generation (compute capability) and head dimension, where torch's defaults

@@ -61,9 +61,16 @@ class TransformerXL(Scheme):
     def _relative(self, q: torch.Tensor, k: torch.Tensor, n: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """-> u·k_j: (B, H, Tk) and (q_i + v)·W_R R_r for distances r < n: (B, H, Tq, n), both unscaled."""
         r = self._projected(n, layer, q.dtype, q.device)  # (H, n, D)
-        content_bias = torch.einsum("hd,bhtd->bht", self.u.to(q.dtype), k)  # u·k_j
-        by_distance = (q + self.v.to(q.dtype)[None, :, None, :]) @ r.transpose(-1, -2)  # (B, H, Tq, n)
-        return content_bias, by_distance
+        qv = q + self.v.to(q.dtype)[None, :, None, :]
+        if not lean_inference():
+            content_bias = torch.einsum("hd,bhtd->bht", self.u.to(q.dtype), k)  # u·k_j
+            return content_bias, qv @ r.transpose(-1, -2)  # (B, H, Tq, n)
+        # The same products without copying k or r per block of query rows: u as a column, the batch folded into the
+        # rows of one product per head.
+        B, H, Tq, D = q.shape
+        content_bias = (k @ self.u.to(q.dtype)[:, :, None]).squeeze(-1)
+        by_distance = qv.transpose(0, 1).reshape(H, B * Tq, D) @ r.transpose(-1, -2)  # (H, B·Tq, n)
+        return content_bias, by_distance.view(H, B, Tq, -1).transpose(0, 1)
 
     def score_terms(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                     layer: int) -> torch.Tensor:
