@@ -9,6 +9,7 @@
 # gpu-bench.{csv,md} and gpu-profile.txt, and OUT_DIR/gpu-wikitext2.tar.gz (the runs without checkpoints, the report,
 # every log). The whole sitting ends within TOTAL_S seconds (default 570): each stage's limit (BENCH_S, SWEEP_S,
 # TESTS_S, EXTRA_S) is cut to what is left once the later stages' minimum is kept for them; 0 skips a stage.
+# TEST_WORKERS: pytest-xdist processes for the cuda-marked tests (default 8).
 set -uo pipefail
 deadline=$((SECONDS + ${TOTAL_S:-570}))
 limit() { local left=$((deadline - SECONDS - $2)); echo $((left < $1 ? left : $1)); }  # limit WANTED RESERVED
@@ -49,7 +50,7 @@ sweep_s=$(limit "${SWEEP_S:-300}" 45)
 timeout "$sweep_s" python3 -m pe_bench sweep sweep=gpu_wikitext2 "${files[@]}" "results_dir=$work/wt2" \
   --parallel 9 --no-progress >>"$work/logs/sweep.log" 2>&1 &
 sweep=$!
-workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n 4")
+workers=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${TEST_WORKERS:-8}")  # 4 ran 56 tests in 240 s
 tests_s=${TESTS_S:-240}
 if [ "$tests_s" -gt 0 ]; then
   timeout "$((tests_s < sweep_s ? tests_s : sweep_s))" python3 -m pytest -q -rf -p no:cacheprovider $workers -m cuda \
