@@ -187,14 +187,26 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def git_sha() -> str | None:
-    src = Path(__file__).resolve().parent
+def _git(src: Path, *args: str) -> str | None:
+    """``git -C src args``'s output, or None outside a git checkout (or without git)."""
     try:
-        out = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             check=False)
+        out = subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_sha(src: Path | None = None) -> str | None:
+    """The commit checked out where pe-bench runs from (``src``: a folder of the checkout), or None."""
+    out = _git(src or Path(__file__).resolve().parent, "rev-parse", "HEAD")
+    return out.strip() or None if out is not None else None
+
+
+def git_modified(src: Path | None = None) -> bool | None:
+    """Whether tracked files differ from that commit: a run made from modified code does not match its git_sha
+    (None outside a git checkout)."""
+    out = _git(src or Path(__file__).resolve().parent, "status", "--porcelain", "--untracked-files=no")
+    return None if out is None else bool(out.strip())
 
 
 def numerics(device: torch.device) -> str:
@@ -409,8 +421,8 @@ class Run:
 
         from pe_bench import __version__
 
-        return {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch.__version__,
-                "python": platform.python_version(), "device": device_name(device), "host": platform.node(),
+        return {"pe_bench": __version__, "git_sha": git_sha(), "git_modified": git_modified(),
+                "torch": torch.__version__, "python": platform.python_version(), "device": device_name(device), "host": platform.node(),
                 "numerics": numerics(device)}
 
 

@@ -23,7 +23,7 @@ TINY = ["scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1", "model.d
 TRAIN_CSV = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
 EVAL_CSV = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride", "loss",
             "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision"]
-META_JSON = {"pe_bench", "git_sha", "torch", "python", "device", "numerics", "processes", "status", "error",
+META_JSON = {"pe_bench", "git_sha", "git_modified", "torch", "python", "device", "numerics", "processes", "status", "error",
              "checkpoint_step", "wall_seconds", "train_seconds", "eval_seconds", "train_tokens_per_s", "n_params",
              "data_fingerprint", "eval_csv_sha256", "attention_backend", "eval_attention_backend"}
 
@@ -152,3 +152,21 @@ def test_the_run_lock_is_held_while_a_process_trains_and_while_it_evaluates(run,
     assert r.exit_code == 0, r.output
     assert seen["eval"] and all(seen["eval"])
     assert not Run(run).is_locked()
+
+
+def test_git_modified_says_whether_the_checkout_differs_from_its_commit(tmp_path):
+    """meta.json's git_modified: a run made from modified code names a commit it does not match."""
+    import subprocess
+
+    from pe_bench.runs import git_modified, git_sha
+
+    assert git_modified(tmp_path) is None and git_sha(tmp_path) is None  # not a checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    (tmp_path / "new.txt").write_text("untracked files are not the code that ran\n")
+    assert git_modified(tmp_path) is False and len(git_sha(tmp_path)) == 40
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert git_modified(tmp_path) is True

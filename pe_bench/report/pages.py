@@ -62,9 +62,15 @@ def _statuses(meta: dict[str, dict[str, Any]]) -> str:
 
 def _environments(meta: dict[str, dict[str, Any]]) -> list[list[Any]]:
     """[runs, *ENVIRONMENT] rows: how many runs were made in each environment, the most first."""
-    envs = Counter(tuple(str(m.get(k, "?"))[:12 if k == "git_sha" else None] for k in ENVIRONMENT)
-                   for m in meta.values())
+    envs = Counter(tuple(_shown(m, k) for k in ENVIRONMENT) for m in meta.values())
     return [[n, *env] for env, n in sorted(envs.items(), key=lambda e: (-e[1], e[0]))]
+
+
+def _shown(m: dict[str, Any], key: str) -> str:
+    """A run's environment value as the runs table shows it: the commit short, marked when the code was modified."""
+    if key != "git_sha":
+        return str(m.get(key, "?"))
+    return str(m.get(key, "?"))[:12] + (" (modified)" if m.get("git_modified") else "")
 
 
 def _runs_section(meta: dict[str, dict[str, Any]]) -> str:
