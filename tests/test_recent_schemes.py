@@ -128,19 +128,19 @@ def test_each_layer_runs_its_parts_hooks_with_its_own_layer_index():
     with torch.no_grad():
         for layer in (4, 5, 6, 7):
             qs, ks = s.rotate(q, k, pos, layer)
-            bias, data_bias = s.score_bias(pos, pos, layer), s.input_bias(x, layer)
+            bias, data_bias = s.score_bias(pos, pos, layer), whole(s.input_bias(x, layer))
             terms = s.score_terms(q[:, :, 3:], k, pos[3:], pos, layer)
             part = [ssmax, kerple, fox, cope][layer % 4]
             assert s.part(layer) is part
             expected_q, expected_k = part.rotate(q, k, pos, layer)
             assert torch.equal(qs, expected_q) and torch.equal(ks, expected_k)
-            for got, want in [(bias, part.score_bias(pos, pos, layer)), (data_bias, part.input_bias(x, layer)),
+            for got, want in [(bias, part.score_bias(pos, pos, layer)), (data_bias, whole(part.input_bias(x, layer))),
                               (terms, part.score_terms(q[:, :, 3:], k, pos[3:], pos, layer))]:
                 assert (got is None) == (want is None) and (got is None or torch.equal(got, want))
         # the layer's own parameters, not those of layer 0 or of the part's index
         assert not torch.equal(s.rotate(q, k, pos, 4)[0], ssmax.rotate(q, k, pos, 0)[0])
         assert not torch.equal(s.score_bias(pos, pos, 5), kerple.score_bias(pos, pos, 1))
-        assert not torch.equal(s.input_bias(x, 6), fox.input_bias(x, 2))
+        assert not torch.equal(whole(s.input_bias(x, 6)), whole(fox.input_bias(x, 2)))
         assert not torch.equal(s.score_terms(q[:, :, 3:], k, pos[3:], pos, 7),
                                cope.score_terms(q[:, :, 3:], k, pos[3:], pos, 3))
 
@@ -313,6 +313,30 @@ def test_fox_with_a_constant_gate_is_alibi_with_slope_minus_ln_f():
     i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
     keep = j <= i
     assert d[keep].tolist() == pytest.approx(((i - j)[keep] * ln_f).tolist(), abs=1e-6)
+
+
+def whole(bias):
+    """A data-dependent bias as one tensor, whether given whole or by blocks of rows (RowBias)."""
+    from pe_bench.schemes.base import RowBias
+
+    return bias.full() if isinstance(bias, RowBias) else bias
+
+
+def test_fox_outside_autograd_gives_its_bias_by_blocks_of_rows_with_the_same_numbers():
+    """At evaluation FoX's bias is never built whole unless asked: a block of query rows [i, j) against keys [0, j)
+    holds exactly the whole bias's entries (c_i − c_j), so attention by blocks computes the same logits."""
+    from pe_bench.schemes.base import RowBias
+    from pe_bench.schemes.fox import Fox, FoxOptions
+
+    fox = Fox(FoxOptions(), shape(n_layers=1))
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(3))
+    trained = fox.input_bias(x, 0)
+    with torch.no_grad():
+        lazy = fox.input_bias(x, 0)
+    assert isinstance(trained, torch.Tensor) and isinstance(lazy, RowBias)
+    assert torch.equal(lazy.full(), trained.detach())
+    for i, j in [(0, 1), (3, 7), (8, 9)]:
+        assert torch.equal(lazy.block(i, j), trained.detach()[:, :, i:j, :j])
 
 
 def test_fox_gates_start_with_weights_n_0_0_02_and_bias_5():

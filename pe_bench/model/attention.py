@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from pe_bench.schemes.base import lean_inference
+from pe_bench.schemes.base import RowBias, lean_inference
 
 BACKENDS = ("auto", "sdpa", "flex", "explicit")
 
@@ -81,9 +81,15 @@ def causal_bias_mask(bias: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tenso
     return bias.masked_fill(future[None], float("-inf"))[None]
 
 
-def with_input_bias(mask: torch.Tensor | BiasRows | None, extra: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def with_input_bias(mask: torch.Tensor | BiasRows | None, extra: torch.Tensor | RowBias,
+                    positions: torch.Tensor) -> torch.Tensor | BiasRows:
     """A scheme's data-dependent bias (B, H, T, T) added to the mask (or to the causal mask when there is none):
-    (B, H, T, T), −inf where the key is in the query's future."""
+    (B, H, T, T), −inf where the key is in the query's future. A RowBias stays by blocks of query rows
+    (:class:`InputBiasRows`) where positions increase."""
+    if isinstance(extra, RowBias):
+        if positions.shape[0] > 1 and bool((positions[1:] > positions[:-1]).all()):
+            return InputBiasRows(extra, mask, positions)
+        extra = extra.full()
     if mask is None:
         return extra.masked_fill(positions[None, :] > positions[:, None], float("-inf"))
     return extra + (mask.full() if isinstance(mask, BiasRows) else mask)
@@ -149,6 +155,27 @@ class BiasRows:
     def full(self) -> torch.Tensor:
         p = self.positions
         return causal_bias_mask(self.scheme.score_bias(p, p, self.layer), p, p)
+
+
+class InputBiasRows(BiasRows):
+    """A data-dependent bias (RowBias) plus the scheme's own mask (None, a tensor or BiasRows), as BiasRows: blocks of
+    query rows [i, j) against keys [0, j), (B, H, j − i, j), −inf for future keys; as many rows a block as
+    MASK_BUDGET (:func:`budget`) holds for the whole batch."""
+
+    def __init__(self, extra: RowBias, mask: torch.Tensor | BiasRows | None, positions: torch.Tensor) -> None:
+        B, H = extra.block(0, 1).shape[:2]
+        T = positions.shape[0]
+        super().__init__(None, positions, 0, budget(MASK_BUDGET, positions.device) // (B * H * T * 4))
+        self.extra, self.mask = extra, mask
+
+    def block(self, i: int, j: int) -> torch.Tensor:
+        bias = self.extra.block(i, j).float()
+        if self.mask is None:
+            return mask_future_(bias, self.positions[i:j], self.positions[:j], i)
+        return bias + mask_block(self.mask, i, j, j)
+
+    def full(self) -> torch.Tensor:
+        return with_input_bias(self.mask, self.extra.full(), self.positions)
 
 
 def mask_block(mask: torch.Tensor | BiasRows | None, i: int, j: int, keys: int) -> torch.Tensor | None:

@@ -15,7 +15,7 @@ from pe_bench.model.digits import DigitPositions
 from pe_bench.model.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
                                 with_input_bias)
 from pe_bench.schemes import Scheme
-from pe_bench.schemes.base import lean_inference, log_n, same_values, values_of
+from pe_bench.schemes.base import RowBias, lean_inference, log_n, same_values, values_of
 
 Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
 
@@ -88,8 +88,8 @@ class CausalSelfAttention(nn.Module):
         extra = scheme.input_bias(x, layer)
         terms = scheme.token_terms(x, q, k, layer)
         if terms is not None:  # PaTH: logits from the tokens and q, k together, added like a data-dependent bias
-            extra = terms if extra is None else extra + terms
-        if extra is not None:  # a bias computed from the tokens (FoX): one (B, H, T, T) mask for this layer
+            extra = terms if extra is None else (extra.full() if isinstance(extra, RowBias) else extra) + terms
+        if extra is not None:  # a bias computed from the tokens (FoX): a mask for this layer (by blocks: RowBias)
             mask = with_input_bias(mask, extra, positions)
         if backend == "flex":
             y = attend_flex(q, k, v, scheme.score_mod(q, k, positions, layer))

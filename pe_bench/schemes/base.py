@@ -129,10 +129,11 @@ class Scheme(nn.Module):
         when ``bias_per_layer`` is set; otherwise the model calls this once per forward pass."""
         return None
 
-    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | None:
+    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | RowBias | None:
         """x: (B, T, C), the layer's normalised input -> additive logit bias (B, H, T, T) that depends on the data,
         or None (the default). Only entries with key <= query are used. For schemes whose bias is computed from the
-        tokens rather than the positions (the Forgetting Transformer's gates): the one hook that sees x."""
+        tokens rather than the positions (the Forgetting Transformer's gates): the one hook that sees x. Outside
+        autograd a scheme may return a :class:`RowBias` instead, so that attention builds it by blocks of rows."""
         return None
 
     def token_terms(self, x: torch.Tensor, q: torch.Tensor, k: torch.Tensor, layer: int) -> torch.Tensor | None:
@@ -225,6 +226,20 @@ class Scheme(nn.Module):
         """Name plus the options that differ from the defaults, e.g. ``learned[beyond_table=clamp]``: the row
         name in every table, so a number always says which variant produced it."""
         return options_label(self.name, self.options)
+
+
+class RowBias:
+    """A data-dependent bias (B, H, T, T) given by blocks of query rows, never whole unless asked: what
+    ``input_bias`` may return outside autograd (at 8 × 2048 tokens a whole bias is 1 GiB a layer)."""
+
+    def block(self, i: int, j: int) -> torch.Tensor:
+        """The bias of query rows [i, j) against keys [0, j): (B, H, j − i, j), float32, a new tensor (attention masks
+        it in place); entries past the diagonal may hold anything finite."""
+        raise NotImplementedError
+
+    def full(self) -> torch.Tensor:
+        """The whole bias (B, H, T, T)."""
+        raise NotImplementedError
 
 
 def lean_inference() -> bool:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import ModelShape, Scheme
+from pe_bench.schemes.base import ModelShape, RowBias, Scheme, lean_inference
 
 
 @dataclass
@@ -41,7 +41,21 @@ class Fox(Scheme):
                 nn.init.normal_(g.weight, 0.0, 0.02)
                 g.bias.fill_(options.gate_bias_init)
 
-    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+    def input_bias(self, x: torch.Tensor, layer: int) -> torch.Tensor | ForgetBias:
         log_f = F.logsigmoid(self.gates[layer](x).float())  # (B, T, H): ln f_t
         c = log_f.cumsum(1).transpose(1, 2)  # (B, H, T): Σ_{l<=t} ln f_l
-        return c[..., :, None] - c[..., None, :]  # (B, H, T, T): c_i − c_j = Σ_{l=j+1..i} ln f_l for j <= i
+        bias = ForgetBias(c)
+        return bias if lean_inference() else bias.full()
+
+
+class ForgetBias(RowBias):
+    """D_ij = c_i − c_j = Σ_{l=j+1..i} ln f_l for j <= i, from c: (B, H, T), one block of query rows at a time."""
+
+    def __init__(self, c: torch.Tensor) -> None:
+        self.c = c
+
+    def block(self, i: int, j: int) -> torch.Tensor:
+        return self.c[..., i:j, None] - self.c[..., None, :j]
+
+    def full(self) -> torch.Tensor:
+        return self.block(0, self.c.shape[-1])
