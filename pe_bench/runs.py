@@ -202,10 +202,13 @@ def git_sha(src: Path | None = None) -> str | None:
     return out.strip() or None if out is not None else None
 
 
+CODE = (":/pe_bench", ":/configs")  # what a run's numbers come from (results/ is tracked too, and rewritten by runs)
+
+
 def git_modified(src: Path | None = None) -> bool | None:
-    """Whether tracked files differ from that commit: a run made from modified code does not match its git_sha
-    (None outside a git checkout)."""
-    out = _git(src or Path(__file__).resolve().parent, "status", "--porcelain", "--untracked-files=no")
+    """Whether the tracked code (CODE) differs from that commit: a run made from modified code does not match its
+    git_sha (None outside a git checkout)."""
+    out = _git(src or Path(__file__).resolve().parent, "status", "--porcelain", "--untracked-files=no", "--", *CODE)
     return None if out is None else bool(out.strip())
 
 
@@ -422,8 +425,8 @@ class Run:
         from pe_bench import __version__
 
         return {"pe_bench": __version__, "git_sha": git_sha(), "git_modified": git_modified(),
-                "torch": torch.__version__, "python": platform.python_version(), "device": device_name(device), "host": platform.node(),
-                "numerics": numerics(device)}
+                "torch": torch.__version__, "python": platform.python_version(), "device": device_name(device),
+                "host": platform.node(), "numerics": numerics(device)}
 
 
 def checkpoint_identity(cfg: Config) -> str:

@@ -155,7 +155,8 @@ def test_the_run_lock_is_held_while_a_process_trains_and_while_it_evaluates(run,
 
 
 def test_git_modified_says_whether_the_checkout_differs_from_its_commit(tmp_path):
-    """meta.json's git_modified: a run made from modified code names a commit it does not match."""
+    """meta.json's git_modified: a run made from modified code (pe_bench/, configs/) names a commit it does not
+    match; results and untracked files are not the code."""
     import subprocess
 
     from pe_bench.runs import git_modified, git_sha
@@ -163,10 +164,14 @@ def test_git_modified_says_whether_the_checkout_differs_from_its_commit(tmp_path
     assert git_modified(tmp_path) is None and git_sha(tmp_path) is None  # not a checkout
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
-    (tmp_path / "a.py").write_text("x = 1\n")
-    subprocess.run([*git, "add", "a.py"], check=True)
+    (tmp_path / "pe_bench").mkdir()
+    (tmp_path / "results").mkdir()
+    for f in ("pe_bench/a.py", "results/meta.json"):
+        (tmp_path / f).write_text("1\n")
+    subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "a"], check=True)
-    (tmp_path / "new.txt").write_text("untracked files are not the code that ran\n")
+    (tmp_path / "pe_bench" / "new.py").write_text("untracked files are not the code that ran\n")
+    (tmp_path / "results" / "meta.json").write_text("2\n")  # results are tracked, and rewritten by runs
     assert git_modified(tmp_path) is False and len(git_sha(tmp_path)) == 40
-    (tmp_path / "a.py").write_text("x = 2\n")
+    (tmp_path / "pe_bench" / "a.py").write_text("2\n")
     assert git_modified(tmp_path) is True

@@ -249,13 +249,12 @@ def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
                               weights)
     out = q.new_empty((*q.shape[:-1], v.shape[-1]))  # (B, H, T, Dv)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # transposed views: each block's matmuls would copy
-    for b in range(0, B, seqs):
-        s = slice(b, b + seqs)
-        for i, j in row_blocks(T, rows):
-            m = mask_block(mask, i, j, j)
-            if m is not None and m.shape[0] > 1:  # a mask of the data (FoX): its sequences' own
-                m = m[s]
-            out[s, :, i:j] = explicit_block(q[s, :, i:j], k[s, :, :j], v[s, :, :j], m, positions[i:j],
+    for i, j in row_blocks(T, rows):
+        m = mask_block(mask, i, j, j)  # once for every chunk of sequences
+        for b in range(0, B, seqs):
+            s = slice(b, b + seqs)
+            ms = m[s] if m is not None and m.shape[0] > 1 else m  # a mask of the data (FoX): its sequences' own
+            out[s, :, i:j] = explicit_block(q[s, :, i:j], k[s, :, :j], v[s, :, :j], ms, positions[i:j],
                                             positions[:j], i, terms, value_terms, None, weights)
     return out
 

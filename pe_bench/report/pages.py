@@ -17,10 +17,10 @@ from typing import Any
 
 from pe_bench import __version__, markdown
 from pe_bench.progress import duration
-from pe_bench.runs import atomic_write_text, git_sha
+from pe_bench.runs import atomic_write_text, git_modified, git_sha
 ENVIRONMENT = ("device", "torch", "python", "pe_bench", "git_sha")  # the keys of a run's meta.json shown per run
 RUN_KEYS = ("status", "scheme", "numerics", "train_seconds", "eval_seconds", "final_train_loss", "final_val_loss",
-            "n_params", "plugins", *ENVIRONMENT)  # what results.json keeps of each run's meta.json
+            "n_params", "plugins", *ENVIRONMENT, "git_modified")  # what results.json keeps of each run's meta.json
 PAGES = ("README.md", "results.json", "index.html")
 
 
@@ -106,8 +106,8 @@ def write_results_json(out: Path, title: str, command: str, written: list[Path],
     except importlib.metadata.PackageNotFoundError:
         torch_version = None
     doc = {"title": title, "command": command,
-           "made_by": {"pe_bench": __version__, "git_sha": git_sha(), "torch": torch_version,
-                       "python": platform.python_version()},
+           "made_by": {"pe_bench": __version__, "git_sha": git_sha(), "git_modified": git_modified(),
+                       "torch": torch_version, "python": platform.python_version()},
            "runs": {name: {k: m[k] for k in RUN_KEYS if k in m} for name, m in sorted(meta.items())},
            "tables": _tables(written), "files": [p.name for p in written], "left_out": list(left_out)}
     path = out / "results.json"
