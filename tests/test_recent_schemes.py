@@ -14,6 +14,7 @@ from pe_bench.model.decoder import Decoder, ModelArgs
 from pe_bench.runs import run_name
 from pe_bench.schemes import ModelShape
 from pe_bench.schemes.alibi import ALiBi, ALiBiOptions
+from pe_bench.schemes.base import whole
 from pe_bench.schemes.layered import Layered, LayeredOptions
 from pe_bench.schemes.rope import RoPE, RoPEOptions
 
@@ -313,13 +314,6 @@ def test_fox_with_a_constant_gate_is_alibi_with_slope_minus_ln_f():
     i, j = torch.meshgrid(torch.arange(5), torch.arange(5), indexing="ij")
     keep = j <= i
     assert d[keep].tolist() == pytest.approx(((i - j)[keep] * ln_f).tolist(), abs=1e-6)
-
-
-def whole(bias):
-    """A data-dependent bias as one tensor, whether given whole or by blocks of rows (RowBias)."""
-    from pe_bench.schemes.base import RowBias
-
-    return bias.full() if isinstance(bias, RowBias) else bias
 
 
 def test_fox_outside_autograd_gives_its_bias_by_blocks_of_rows_with_the_same_numbers():

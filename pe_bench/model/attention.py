@@ -37,6 +37,11 @@ EXPLICIT_BUDGET = 2**20
 CUDA_BUDGET = 256 * 2**20
 
 
+def increasing(positions: torch.Tensor) -> bool:
+    """Whether positions (T,) strictly increase: then a block of query rows i.. has its causal keys in [0, j)."""
+    return bool((positions[1:] > positions[:-1]).all())
+
+
 def budget(cpu_budget: int, device: torch.device) -> int:
     """The bytes a block of query rows may take on ``device``: ``cpu_budget`` except on CUDA (CUDA_BUDGET)."""
     return CUDA_BUDGET if device.type == "cuda" else cpu_budget
@@ -87,7 +92,7 @@ def with_input_bias(mask: torch.Tensor | BiasRows | None, extra: torch.Tensor | 
     (B, H, T, T), −inf where the key is in the query's future. A RowBias stays by blocks of query rows
     (:class:`InputBiasRows`) where positions increase."""
     if isinstance(extra, RowBias):
-        if positions.shape[0] > 1 and bool((positions[1:] > positions[:-1]).all()):
+        if positions.shape[0] > 1 and increasing(positions):
             return InputBiasRows(extra, mask, positions)
         extra = extra.full()
     if mask is None:
@@ -221,7 +226,7 @@ def explicit_blocks(q: torch.Tensor, positions: torch.Tensor) -> tuple[int, int]
     budget allows (:func:`budget`), then as many sequences of those rows. Rows of one sequence first: each block
     reads its keys once for all its rows, so many rows of few sequences read the keys least often."""
     B, H, T, _ = q.shape
-    if not lean_inference() or T < 2 or not bool((positions[1:] > positions[:-1]).all()):
+    if not lean_inference() or T < 2 or not increasing(positions):
         return B, T
     room = budget(EXPLICIT_BUDGET, q.device)
     rows = max(1, min(T, room // (H * T * 4)))

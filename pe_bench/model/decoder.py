@@ -15,7 +15,7 @@ from pe_bench.model.digits import DigitPositions
 from pe_bench.model.attention import (BiasRows, attend, attend_explicit, attend_flex, attend_rows, causal_bias_mask,
                                 with_input_bias)
 from pe_bench.schemes import Scheme
-from pe_bench.schemes.base import RowBias, lean_inference, log_n, same_values, values_of
+from pe_bench.schemes.base import lean_inference, log_n, same_values, values_of, whole
 
 Probe = Callable[[int, torch.Tensor], None]  # (layer, attention weights (B, H, T, T)) -> None
 
@@ -88,7 +88,7 @@ class CausalSelfAttention(nn.Module):
         extra = scheme.input_bias(x, layer)
         terms = scheme.token_terms(x, q, k, layer)
         if terms is not None:  # PaTH: logits from the tokens and q, k together, added like a data-dependent bias
-            extra = terms if extra is None else (extra.full() if isinstance(extra, RowBias) else extra) + terms
+            extra = terms if extra is None else whole(extra) + terms
         if extra is not None:  # a bias computed from the tokens (FoX): a mask for this layer (by blocks: RowBias)
             mask = with_input_bias(mask, extra, positions)
         if backend == "flex":
@@ -205,7 +205,7 @@ class Decoder(nn.Module):
         by_distance = outside and default_positions and self.scheme.bias_by_distance()  # one value per distance
         room = attention.budget(attention.MASK_BUDGET, positions.device)
         if outside and H * T * T * 4 > room and (
-                default_positions or bool((positions[1:] > positions[:-1]).all())):
+                default_positions or attention.increasing(positions)):
             return BiasRows(self.scheme, positions, layer, room // (H * T * 4), by_distance)
         key = state = None
         if outside and default_positions and not self.scheme.bias_per_layer:

@@ -242,6 +242,11 @@ class RowBias:
         raise NotImplementedError
 
 
+def whole(bias: torch.Tensor | RowBias) -> torch.Tensor:
+    """A data-dependent bias as one tensor (B, H, T, T), whether given whole or by blocks of rows."""
+    return bias.full() if isinstance(bias, RowBias) else bias
+
+
 def lean_inference() -> bool:
     """Outside autograd and running eagerly: the evaluation paths that save memory (query rows by blocks, kept
     tables, in-place ops) apply. Under torch.compile the plain computation is traced instead: inductor fuses it, and

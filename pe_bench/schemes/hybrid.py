@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pe_bench.schemes.base import REGISTRY, ModelShape, RowBias, Scheme, options_label
+from pe_bench.schemes.base import REGISTRY, ModelShape, RowBias, Scheme, options_label, whole
 
 
 def _sum(values: list[torch.Tensor | RowBias | None]) -> torch.Tensor | RowBias | None:
@@ -21,7 +21,7 @@ def _sum(values: list[torch.Tensor | RowBias | None]) -> torch.Tensor | RowBias 
         return None
     if len(present) == 1:
         return present[0]
-    present = [v.full() if isinstance(v, RowBias) else v for v in present]  # several parts: one whole sum
+    present = [whole(v) for v in present]  # several parts: one whole sum
     total = present[0]
     for v in present[1:]:
         total = total + v
