@@ -60,6 +60,8 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
         d["train"].pop(k)
     if not cfg.model.qk_norm:  # keys added later leave the identity (and run names) of runs without them alone
         d["model"].pop("qk_norm")
+    if cfg.model.init == "gpt2":
+        d["model"].pop("init")
     if not cfg.train.pose_target:
         d["train"].pop("pose_target")
         d["train"].pop("pose_chunks")

@@ -76,7 +76,7 @@ class SweepConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     seq_lens: list[int] | None = None  # training lengths L; None = the train preset's seq_len
     task: str = tasks.DEFAULT  # a task preset (configs/task); several: grid: {task: [passkey, copy]}
-    model: str = "tiny"
+    model: str | None = "tiny"  # None: each point's task brings its own model preset (a task's ``model``; without one, tiny)
     data: str = "shakespeare"
     train: str | None = "quick"  # None: each point's task brings its own recipe (a task's ``recipe``)
     eval: str = "default"
@@ -168,6 +168,8 @@ def _axes(sweep: SweepConfig) -> dict[str, list[str]]:
         "seed": [str(s) for s in sweep.seeds],
         "model": [sweep.model], "data": [sweep.data], "eval": [sweep.eval],
     }
+    if sweep.model is None:  # each point's task brings its model preset
+        axes.pop("model")
     if sweep.train is not None:
         axes["train"] = [sweep.train]
     if sweep.task != tasks.DEFAULT:  # (the default task's overrides stay what they were before tasks existed)

@@ -21,7 +21,8 @@ from pe_bench.errors import ConfigError
 def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) -> Config:
     """configs/config.yaml + Hydra overrides (``scheme=rope model.n_layers=2 eval.lengths=[64,128]``) → Config.
     ``train=smoke`` without an ``eval=`` choice brings ``eval=smoke``: a smoke run is smoke end to end; a task
-    (``task=passkey``) without a ``train=`` choice brings ``train=task``, the recipe the tasks are tuned for.
+    (``task=passkey``) without a ``train=`` choice brings its recipe (``train=task``, the recipe the tasks are tuned
+    for, unless the task names another), and without a ``model=`` choice the task's model preset if it names one.
     ``scheme=False``: every check but building the scheme (no torch import; see ``validate``)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -38,9 +39,11 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     chosen = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
     if chosen.get("train") == "smoke" and "eval" not in chosen:
         overrides.append("eval=smoke")
-    recipe = _task_recipe(chosen.get("task"))
-    if recipe and "train" not in chosen:
-        overrides.append(f"train={recipe}")  # a synthetic task trains with its recipe (configs/train/task.yaml)
+    task = _task_class(chosen.get("task"))
+    if task is not None and task.recipe and "train" not in chosen:
+        overrides.append(f"train={task.recipe}")  # a synthetic task trains with its recipe (configs/train/task.yaml)
+    if task is not None and task.model and "model" not in chosen:
+        overrides.append(f"model={task.model}")
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             raw = hydra_compose(config_name="config", overrides=overrides + _search_path())
@@ -71,13 +74,13 @@ def _search_path() -> list[str]:
     return [f"hydra.searchpath=[{','.join(hydra_quoted(d.as_uri()) for d in extra)}]"] if extra else []
 
 
-def _task_recipe(preset: str | None) -> str | None:
-    """The train preset a task preset's task brings (None: no task preset, or its task has no recipe of its own)."""
+def _task_class(preset: str | None) -> type[tasks.Task] | None:
+    """The task a task preset names, whose ``recipe`` and ``model`` presets a run brings (None: no such preset)."""
     path = preset_path("task", preset) if preset is not None else None
     if path is None or not path.is_file():
         return None
     name = OmegaConf.load(path).get("name", tasks.DEFAULT)
-    return tasks.get(name).recipe if name in tasks.names() else None
+    return tasks.get(name) if name in tasks.names() else None
 
 
 def finetune_parent(overrides: list[str]) -> tuple[str, list[str]] | None:

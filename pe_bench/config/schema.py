@@ -52,6 +52,9 @@ class ModelConfig:
     mlp_ratio: float = ranged(4.0, gt=0)  # MLP width = int(mlp_ratio · d_model), at least 1
     dropout: float = ranged(0.0, ge=0, lt=1)
     qk_norm: bool = False  # RMS-normalise q and k per head (learnt gain) before the scheme acts on them
+    # gpt2: N(0, 0.02), LM head tied to the embedding; fan_in: embeddings N(0, 1), an LM head of its own, other
+    # matrices N(0, 1/(3·fan_in)) (pe_bench.model.decoder.Decoder._init_weights)
+    init: str = "gpt2"
 
 
 @dataclass
@@ -203,6 +206,7 @@ CHOICES = {
     "data.source": ("embedded", "hub", "local"),
     "data.tokenizer": ("byte", "bpe"),
     "data.format": ("text", "json", "parquet", "csv", "arrow"),
+    "model.init": ("gpt2", "fan_in"),
     "train.precision": ("auto", "fp32", "bf16"),
     "train.compile": ("auto", "on", "off"),
     "attention.backend": ("auto", "sdpa", "flex", "explicit"),

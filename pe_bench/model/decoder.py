@@ -29,6 +29,7 @@ class ModelArgs:
     mlp_ratio: float = 4.0
     dropout: float = 0.0
     qk_norm: bool = False  # RMS-normalised q and k per head, with a learnt gain (before the scheme's rotate)
+    init: str = "gpt2"  # gpt2 | fan_in (Decoder._init_weights)
     backend: str = "auto"  # attention.backend: auto | sdpa | flex | explicit (pe_bench.model.attention)
     digit_tokens: tuple[int, ...] = ()  # Abacus digit positions for these tokens (pe_bench.model.digits); () none
     digit_offset: int = 0  # their largest training offset
@@ -133,7 +134,7 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    """Token embedding → scheme.embed → blocks → final LN → tied LM head."""
+    """Token embedding → scheme.embed → blocks → final LN → LM head (tied to the embedding with init gpt2)."""
 
     def __init__(self, args: ModelArgs, scheme: Scheme) -> None:
         super().__init__()
@@ -148,7 +149,8 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(Block(args) for _ in range(args.n_layers))
         self.ln_f = nn.LayerNorm(args.d_model)
         self.lm_head = nn.Linear(args.d_model, args.vocab_size, bias=False)
-        self.lm_head.weight = self.tok_emb.weight
+        if args.init == "gpt2":
+            self.lm_head.weight = self.tok_emb.weight
         self._mask_cache: tuple | None = None  # (key, scheme values, mask): the last bias mask built outside autograd
         self.logn_beyond: int | None = None  # eval.logn: the training length L of the log-n temperature, or None
         self._init_weights()
@@ -158,12 +160,23 @@ class Decoder(nn.Module):
         return self.scheme.label() + ("+logn" if self.logn_beyond is not None else "")
 
     def _init_weights(self) -> None:
-        """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2·n_layers). Scheme parameters keep the
-        initialisation their scheme chose."""
+        """Every weight matrix N(0, σ²); the residual stream's output projections σ/√(2·n_layers) (GPT-2, §2.3).
+        ``gpt2``: σ = 0.02 everywhere, the LM head tied to the embedding (Radford et al. 2019). ``fan_in``:
+        embeddings σ = 1, other matrices σ² = 1/(3·fan_in) — the variance of PyTorch's default U(±1/√fan_in) —
+        and the LM head its own (tied to N(0, 1) embeddings, its logits would start at σ ≈ √d_model). At d_model 128
+        σ = 0.02 leaves attention near uniform for long: the tiny model does not form the previous-token and
+        induction heads that key–value binding needs in the tasks' budget (docs/tasks.md, "The model"). Scheme
+        parameters keep the initialisation their scheme chose."""
+        embeddings = {f"{n}.weight" for n, m in self.named_modules() if isinstance(m, nn.Embedding)}
         for name, p in self.named_parameters():
             if name.startswith("scheme.") or p.dim() < 2:
                 continue
-            std = 0.02 / math.sqrt(2 * self.args.n_layers) if name.endswith("proj.weight") else 0.02
+            if self.args.init == "gpt2":
+                std = 0.02
+            else:
+                std = 1.0 if name in embeddings else 1.0 / math.sqrt(3 * p.shape[1])
+            if name.endswith("proj.weight"):
+                std /= math.sqrt(2 * self.args.n_layers)
             nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None,

@@ -85,6 +85,7 @@ class Task:
     # examples (accuracy.csv), which belong to no data split
     metric: ClassVar[str] = "accuracy"
     recipe: ClassVar[str | None] = "task"  # the configs/train preset a `task=` choice brings when train= is not given
+    model: ClassVar[str | None] = None  # the configs/model preset it brings when model= is not given (None: none)
 
     @classmethod
     def reads_corpus(cls, options: TaskOptions) -> bool:
