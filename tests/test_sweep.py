@@ -376,9 +376,9 @@ def test_a_run_directory_with_an_unreadable_config_yaml_is_left_alone_and_counte
 
 def test_the_shipped_sweeps_are_the_points_the_readme_lists():
     """docs/sweeps.md: smoke (every scheme × seeds 0, 1; smoke recipe, 2-layer model), tasks (the paper's six and the
-    ten schemes flat to 8L × the eleven synthetic tasks × seeds 0, 1, 2, each task with its own recipe, two processes
-    at once: 528 points), extension (rope × seed 0, then 5 methods × budgets 25, 100, 400, and 0 for the parent's
-    rows)."""
+    ten schemes flat to 8L × the eleven synthetic tasks × seeds 0, 1, 2, each task with its own recipe and model, two
+    processes at once: 528 points), extension (rope × seed 0, then 5 methods × budgets 25, 100, 400, and 0 for the
+    parent's rows)."""
     def points(name):
         return [compose(p) for p in expand(load_sweep(name), [])]
 
@@ -394,6 +394,9 @@ def test_the_shipped_sweeps_are_the_points_the_readme_lists():
         (s, t, k) for s in six + flat for t in synthetic for k in (0, 1, 2))
     one_each = [compose(p) for p in expand(load_sweep("tasks"), ["scheme=rope", "seed=0"])]  # a point per task
     assert all(c.train.name == get_task(c.task.name).recipe for c in one_each)  # each task's own recipe
+    assert {c.task.name: c.model.name for c in one_each} == {  # and model: the binding tasks bring theirs
+        t: get_task(t).model or "tiny" for t in synthetic}
+    assert {c.model.name for c in one_each} == {"tiny", "tiny_fan_in"}
     assert {c.train.seq_len for c in one_each} == {32} and len(one_each) == len(synthetic)
     assert load_sweep("tasks").local.parallel == 2
     ext = load_sweep("extension")

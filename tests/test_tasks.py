@@ -399,9 +399,9 @@ def test_chance_is_guessing_every_answer_token_uniformly():
 
 def _exact_match_at_L(tmp_path, *overrides):
     r = runner.invoke(app, ["train", "task=assoc_recall", "train=task", "scheme=rope", "task.n_keys=16",
-                            "model.n_layers=2", "model.d_model=64", "train.steps=1500", "train.threads=1", "eval.ratios=[1]",
-                            "eval.variants=false", "task.eval_examples=100", f"results_dir={tmp_path}",
-                            "--no-progress", *overrides])
+                            "model.n_layers=2", "model.d_model=64", "train.steps=1500", "train.threads=1",
+                            "eval.ratios=[1]", "eval.variants=false", "task.eval_examples=100",
+                            f"results_dir={tmp_path}", "--no-progress", *overrides])
     assert r.exit_code == 0, r.output
     rows = list(__import__("csv").DictReader(next(tmp_path.glob("runs/*/accuracy.csv")).open()))
     return float(next(row for row in rows if row["task"] == "assoc_recall")["exact_match"])
@@ -414,3 +414,15 @@ def test_key_value_binding_is_learnt_from_the_fan_in_init_not_from_gpt2s(tmp_pat
     N(0, 0.02), the finding behind the model preset the binding tasks bring (docs/tasks.md, "The model")."""
     assert _exact_match_at_L(tmp_path / "fan_in", "model.init=fan_in") >= 0.9
     assert _exact_match_at_L(tmp_path / "gpt2", "model.init=gpt2") <= 0.1
+
+
+def test_a_task_brings_its_model_preset_unless_a_model_is_chosen():
+    """The binding tasks bring model=tiny_fan_in (its module's ``model``), the others leave model=tiny; an explicit
+    model= choice wins, and model.* keys apply on top of the task's preset."""
+    assert compose(["task=assoc_recall"], scheme=False).model.name == "tiny_fan_in"
+    assert compose(["task=assoc_recall"], scheme=False).model.init == "fan_in"
+    assert compose(["task=needle_multikey"], scheme=False).model.name == "tiny_fan_in"
+    assert compose(["task=passkey"], scheme=False).model.name == "tiny"
+    assert compose(["task=assoc_recall", "model=tiny"], scheme=False).model.init == "gpt2"
+    cfg = compose(["task=assoc_recall", "model.n_layers=2"], scheme=False)
+    assert (cfg.model.name, cfg.model.n_layers, cfg.model.init) == ("tiny_fan_in", 2, "fan_in")

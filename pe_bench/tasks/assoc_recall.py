@@ -25,6 +25,10 @@ class AssocRecall(SyntheticTask):
     citation = "Arora et al. 2023 (Zoology, MQAR)"
     Options = AssocRecallOptions
     length_step = 2
+    # Binding a key to its value needs an induction head: from GPT-2's init the tiny model stayed at 0 % exact match
+    # at L whatever the budget (3000-15000 steps) or rate; from model.init=fan_in at lr 1e-3, 100 % in 3000 steps
+    recipe = "task_low_lr"
+    model = "tiny_fan_in"
 
     def __init__(self, cfg: AssocRecallOptions, text: dict[str, np.ndarray] | None = None) -> None:
         super().__init__(cfg)

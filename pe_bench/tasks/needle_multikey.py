@@ -29,6 +29,10 @@ class NeedleMultikey(SyntheticTask):
     citation = "Hsieh et al. 2024, arXiv:2404.06654 (RULER, niah_multikey)"
     Options = NeedleMultikeyOptions
     min_size = 0  # needles and question only
+    # the asked key's value among distractor keys is a binding (an induction head): 16 % exact match at L from GPT-2's
+    # init at lr 1e-3 in 3000 steps, 100 % from model.init=fan_in
+    recipe = "task_low_lr"
+    model = "tiny_fan_in"
 
     @classmethod
     def options_problem(cls, options: NeedleMultikeyOptions) -> str | None:  # type: ignore[override]
