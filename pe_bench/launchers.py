@@ -54,6 +54,9 @@ class Parallel(Launcher):
     threads: int | None = None
 
     def launch(self, todo: list[Point], say: Say) -> dict[str, str]:
+        from pe_bench.distributed import stop_on_signals
+
+        stop_on_signals()  # SIGTERM/SIGUSR1: passed on to every point running, which checkpoints; the sweep stops
         return run_parallel(todo, self.parallel, self.threads, say)
 
 
@@ -144,11 +147,19 @@ def run_sequential(todo: list[Point], say: Say, progress: bool) -> dict[str, str
 
 def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say) -> dict[str, str]:
     """The points to do, at most `parallel` `pe-bench train` processes at once, each logging to its run's
-    train.log."""
+    train.log. A stop request (SIGTERM, SIGUSR1) starts no further point and is passed on to the running ones, which
+    save their checkpoints; then StopRequested, as a sequential sweep's."""
+    from pe_bench.distributed import StopRequested, stop_requested
+
     threads = threads or max(1, (os.cpu_count() or 1) // parallel)
     pending, active, results = list(todo), {}, {}
+    stopping = False
     try:
         while pending or active:
+            if stop_requested() and not stopping:
+                stopping, pending = True, []
+                for _, proc, _ in active.values():
+                    proc.send_signal(signal.SIGTERM)
             while pending and len(active) < parallel:
                 p = pending.pop(0)
                 p.run.path.mkdir(parents=True, exist_ok=True)
@@ -169,6 +180,8 @@ def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say
                     p.run.update_meta(status="failed", error=f"exit code {proc.returncode}; see train.log")
                 detail = f": {p.run.meta().get('error')}" if results[label] == "failed" else ""
                 say(f"{results[label]} {label}{detail}")
+        if stopping:
+            raise StopRequested("stopped: the points running saved their checkpoints")
     except KeyboardInterrupt:
         for _, proc, _ in active.values():  # they got the Ctrl-C too: let them save their checkpoints
             proc.wait()

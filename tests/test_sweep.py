@@ -214,6 +214,49 @@ main()
 """
 
 
+def test_sigterm_to_a_parallel_sweep_stops_its_points_at_a_checkpoint_and_leaves_no_process_behind(tmp_path):
+    """`kill <sweep>` (SIGTERM to the sweep alone, not its process group): the points it started get the signal too,
+    save a checkpoint and exit; the sweep says so and exits 3. No training process outlives it, holding a run."""
+    sweep = ["sweep", *SMOKE, "scheme=alibi,nope", "seed=0", "train.steps=100000", "train.ckpt_interval=0",
+             "--parallel", "2", f"results_dir={tmp_path}", "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "pe_bench", *sweep], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            start_new_session=True)
+    try:
+        logs = []
+        for _ in range(6000):  # until both points have trained a step (a safety net of ~10 minutes)
+            logs = [p / "train.csv" for p in (tmp_path / "runs").glob("*")]
+            if len(logs) == 2 and all(f.exists() and len(f.read_text().splitlines()) > 1 for f in logs):
+                break
+            __import__("time").sleep(0.1)
+        assert len(logs) == 2
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 3, out
+    assert "run the same command again to resume" in out
+    for run in (tmp_path / "runs").glob("*"):
+        assert meta(run)["status"] == "interrupted" and meta(run)["checkpoint_step"] >= 1, meta(run)
+        assert not (run / ".lock").exists() or not _held(run / ".lock")
+    assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True).returncode == 1  # none left
+
+
+def _held(lock: Path) -> bool:
+    """Whether a process holds this run's lock file (an flock)."""
+    import fcntl
+
+    with lock.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
 def test_killing_a_sweep_and_starting_it_again_finishes_only_what_was_missing(tmp_path):
     sweep = ["sweep", *SMOKE, "scheme=alibi,nope,t5", "seed=0", "train.steps=100", "train.ckpt_interval=25",
              f"results_dir={tmp_path}", "--no-progress"]
