@@ -243,7 +243,7 @@ def test_sigterm_to_a_parallel_sweep_stops_its_points_at_a_checkpoint_and_leaves
     assert "run the same command again to resume" in out
     for run in (tmp_path / "runs").glob("*"):
         assert meta(run)["status"] == "interrupted" and meta(run)["checkpoint_step"] >= 1, meta(run)
-        assert not (run / ".lock").exists() or not _held(run / ".lock")
+        assert not Run(run).is_locked()
 
 
 def _group_alive(pgid: int) -> bool:
@@ -253,19 +253,6 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def _held(lock: Path) -> bool:
-    """Whether a process holds this run's lock file (an flock)."""
-    import fcntl
-
-    with lock.open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
 
 
 def test_killing_a_sweep_and_starting_it_again_finishes_only_what_was_missing(tmp_path):
