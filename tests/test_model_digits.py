@@ -78,5 +78,5 @@ def test_abacus_needs_numbers_written_least_significant_digit_first_and_leaves_o
     from pe_bench.runs import run_name
 
     plain = run_name(compose(["task=addition", "scheme=rope"]))
-    assert plain == "addition-rope-tiny-L32-s0-" + plain.rsplit("-", 1)[1]
+    assert plain == "addition-rope-tiny_fan_in-L32-s0-" + plain.rsplit("-", 1)[1]  # the model addition brings
     assert run_name(compose(["task=addition", "scheme=rope", "task.abacus=true"])) != plain
