@@ -88,7 +88,7 @@ def test_heldout_examples_fill_their_length_and_answer_at_the_end(n):
 def test_the_yaml_composes_and_bad_options_are_refused_by_name():
     cfg = compose(["task=needle_multikey"], scheme=False)
     assert (cfg.task.name, cfg.task.needles, cfg.task.needle_keys, cfg.task.value_digits) == (NAME, 4, 32, 2)
-    assert cfg.task.eval_examples == 400 and cfg.train.name == "task"
+    assert cfg.task.eval_examples == 400 and (cfg.train.name, cfg.model.name) == ("task_low_lr", "tiny_fan_in")
     with pytest.raises(ConfigError, match="task.needles=0 is out of range"):
         compose(["task=needle_multikey", "task.needles=0"], scheme=False)
     with pytest.raises(ConfigError, match="task.needle_keys=3 is fewer than task.needles=4"):
