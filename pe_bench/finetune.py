@@ -3,7 +3,8 @@ fine-tuning recipe — and the parent's final weights as its starting point.
 
 What a fine-tune may change is what does not change the meaning of the parent's weights: the training recipe
 (``train.*``, ``train=finetune`` unless another preset is named), the evaluation, the scheme's eval-time options
-(RoPE's ``scheme.scaling``) and ``finetune.new_positions``. The model, data, task, scheme and seed are the parent's.
+(RoPE's ``scheme.scaling``, NoPE's ``scheme.head_scale``), ``finetune.new_positions`` and what trains
+(``finetune.trainable``). The model, data, task, scheme and seed are the parent's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pe_bench.config import (Config, ConfigError, apply_overrides, check_override_words, compose, finetune_parent,
-                             fixed_option_changes, run_lengths, validate)
+                             fixed_option_changes, model_shape, run_lengths, scheme_spec, validate)
 from pe_bench.runs import Run, digest, identity
 
 PRESET = "finetune"  # configs/train/finetune.yaml: the recipe of a fine-tune that names no train preset
@@ -23,7 +24,7 @@ FILLED = ("from_run", "parent", "parent_config", "original_seq_len", "data_offse
 
 def finetune_tag(cfg: Config) -> str:
     """What a fine-tuned run's table rows add to the scheme label: PoSE's target (and chunks), the learned table's
-    growth policy when not the default, `` ft<steps>@<L>`` — e.g. ``rope+yarn×8 ft100@512``, ``rope+yarn×8 PoSE→512
+    growth policy when not the default, `` scheme-only`` when the rest was frozen, `` ft<steps>@<L>`` — e.g. ``rope+yarn×8 ft100@512``, ``rope+yarn×8 PoSE→512
     ft100@64``. Empty for a run trained from scratch."""
     return method_tag(cfg).replace(" @", f" ft{cfg.train.steps}@") if cfg.finetune.from_run else ""
 
@@ -35,7 +36,8 @@ def method_tag(cfg: Config) -> str:
     t = cfg.train
     pose = f" PoSE→{t.pose_target}" + (f"/{t.pose_chunks} chunks" if t.pose_chunks != 2 else "") if t.pose_target else ""
     grow = " interpolated" if cfg.finetune.new_positions != "extend" else ""
-    return f"{pose}{grow} @{t.seq_len}"
+    only = f" {cfg.finetune.trainable}-only" if cfg.finetune.trainable != "all" else ""
+    return f"{pose}{grow}{only} @{t.seq_len}"
 
 
 def parent_run(path: str | Path) -> tuple[Run, Config]:
@@ -80,7 +82,8 @@ def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = 
         if top not in CHANGEABLE or key == "scheme" and word.partition("=")[2] != pcfg.scheme["name"]:
             raise ConfigError(f"'{word}': a fine-tune keeps its parent's model, data, task, scheme and seed (its "
                               f"weights are {parent.path.name}'s); it may change train.*, eval.*, the scheme's "
-                              "eval-time options and finetune.new_positions — train another parent for the rest")
+                              "eval-time options, finetune.new_positions and finetune.trainable — train another "
+                              "parent for the rest")
         if key.startswith("finetune.") and key.split(".")[1] in FILLED:
             raise ConfigError(f"'{word}': finetune.{key.split('.')[1]} is taken from the parent run; give the parent as "
                               "`pe-bench finetune RUN_DIR`")
@@ -99,6 +102,7 @@ def compose_finetune(path: str | Path, overrides: list[str] | tuple[str, ...] = 
     preset = [] if "train" in keys else [f"train={PRESET}"]
     cfg = apply_overrides(base, preset + words, allowed=CHANGEABLE)
     _check_scheme_options(pcfg, cfg)
+    _check_trainable(cfg)
     if cfg.train.seq_len < pcfg.train.seq_len:
         raise ConfigError(f"train.seq_len={cfg.train.seq_len} is shorter than the parent's L={pcfg.train.seq_len}: a "
                           f"fine-tune extends the context; give train.seq_len >= {pcfg.train.seq_len} (or "
@@ -126,3 +130,14 @@ def _check_scheme_options(parent: Config, cfg: Config) -> None:
     if fixed:
         raise ConfigError(f"scheme.{fixed[0]} is fixed by the parent's weights for {old['name']} (trained with "
                           f"{old.get(fixed[0])!r}); options a fine-tune of {old['name']} may change: {allowed}")
+
+
+def _check_trainable(cfg: Config) -> None:
+    """finetune.trainable=scheme needs a scheme with parameters to train."""
+    if cfg.finetune.trainable != "scheme":
+        return
+    spec = scheme_spec(cfg.scheme)
+    if not any(True for _ in spec.cls(spec.options, model_shape(cfg)).parameters()):
+        raise ConfigError(f"finetune.trainable=scheme but scheme {cfg.scheme['name']} with these options has no "
+                          "parameters to train (e.g. NoPE's head scales need scheme.head_scale=<start>); set them or "
+                          "finetune.trainable=all")

@@ -69,6 +69,8 @@ def identity(cfg: Config, seed: bool = True) -> dict[str, Any]:
     if cfg.finetune.from_run:  # a fine-tune: its parent by name (where it lies is not part of it), or without seed
         ft.pop("from_run")
         ft.pop("parent" if not seed else "parent_config")
+        if cfg.finetune.trainable == "all":
+            ft.pop("trainable")
         d["finetune"] = ft
     return d
 

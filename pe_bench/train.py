@@ -86,6 +86,15 @@ def load_parent(model: Decoder, cfg: Config, device: torch.device, corpus=None) 
     return int(ckpt["step"])
 
 
+def freeze(model: Decoder, trainable: str) -> None:
+    """finetune.trainable=scheme: only the scheme's parameters train (HeadScale, Wang et al. 2024: the head scales
+    alone), the rest keeps the parent's weights; ``all`` leaves every parameter trainable."""
+    if trainable == "all":
+        return
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith("scheme."))
+
+
 def lr_at(step: int, tc: TrainConfig) -> float:
     """Linear warmup to tc.lr, then cosine decay to tc.lr·min_lr_ratio at tc.steps."""
     if step < tc.warmup_steps:
@@ -177,6 +186,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
     model = build_model(cfg, corpus.vocab_size).to(device)
     if cfg.finetune.from_run and not run.checkpoint.exists():  # a fine-tune starts from its parent's weights
         load_parent(model, cfg, device, corpus)
+    freeze(model, cfg.finetune.trainable)
     opt = make_optimizer(model, tc, device)
     step, history, window_losses = _resume(run, cfg, corpus, device, model, opt)
     if step >= tc.steps:
@@ -346,5 +356,10 @@ def load_trained(run: Run, cfg: Config, device: torch.device, spec=None, corpus:
     ckpt = run.load_checkpoint(device)
     check_checkpoint(run, ckpt, trained or cfg, corpus)
     model = build_model(cfg, int(ckpt["vocab_size"]), spec).to(device)
-    model.load_state_dict(ckpt["model"])
+    state = dict(ckpt["model"])
+    try:  # eval-time options may add what the weights lack (NoPE's head_scale): the scheme fills it in
+        model.scheme.inherit(state, "scheme.", cfg.finetune.new_positions)
+    except ValueError as e:
+        raise ConfigError(f"{run.path.name}: {e}") from None
+    model.load_state_dict(state)
     return model.eval(), int(ckpt["step"])

@@ -233,8 +233,12 @@ def test_run_names_spell_out_the_configuration_and_end_in_the_identity_hash():
     ft = compose(["scheme=rope", "train.seq_len=128", "train.steps=50"])
     ft.finetune.from_run, ft.finetune.parent, ft.finetune.original_seq_len = "/x/p", "rope-tiny-d-L64-s0-1234abcd", 64
     assert run_name(ft) == f"rope-tiny-d-L64-s0-ft50-L128-{digest(identity(ft))}"
+    # finetune.trainable at its default ("all") stays out: fine-tunes made before it existed keep their names
     assert identity(ft)["finetune"] == {k: v for k, v in dataclasses.asdict(ft.finetune).items()
-                                        if k not in ("from_run", "parent_config")}
+                                        if k not in ("from_run", "parent_config", "trainable")}
+    ft.finetune.trainable = "scheme"
+    assert identity(ft)["finetune"]["trainable"] == "scheme"
+    ft.finetune.trainable = "all"
     ft.train.pose_target = 512
     assert run_name(ft) == f"rope-tiny-d-L64-s0-ft50-L128-pose512-{digest(identity(ft))}"
     ft.finetune.parent = None  # a parent known only by its directory: "run" stands for its name

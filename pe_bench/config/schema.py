@@ -162,6 +162,8 @@ class FinetuneConfig:
     # learned: rows past the parent's table — extend (new rows drawn like scheme.beyond_table=extend's) |
     # interpolate (the parent's table resampled linearly over the new range, position interpolation for a table)
     new_positions: str = "extend"
+    # all | scheme: only the scheme's parameters train (NoPE's head scales: HeadScale), the model keeps the parent's
+    trainable: str = "all"
 
 
 @dataclass
@@ -215,6 +217,7 @@ CHOICES = {
     "task.train_lengths": ("uniform", "curriculum", "fixed"),
     "task.filler": ("random", "text"),
     "finetune.new_positions": ("extend", "interpolate"),
+    "finetune.trainable": ("all", "scheme"),
     "logger.name": ("csv", "tensorboard", "wandb"),
     "logger.mode": ("offline", "online"),
 }

@@ -75,7 +75,8 @@ def _check_relations(cfg: Config) -> None:
     elif t.pose_chunks != TrainConfig().pose_chunks:
         raise ConfigError(f"train.pose_chunks={t.pose_chunks} is read by PoSE only; set train.pose_target too")
     f = cfg.finetune
-    if f.from_run is None and (f.parent or f.new_positions != FinetuneConfig().new_positions):
+    if f.from_run is None and (f.parent or f.new_positions != FinetuneConfig().new_positions
+                               or f.trainable != FinetuneConfig().trainable):
         raise ConfigError("finetune.* is set but there is no parent run: fine-tune with "
                           "`pe-bench finetune RUN_DIR ...` (or finetune.from_run=RUN_DIR)")
     if issubclass(tasks.get(cfg.task.name), SyntheticTask):

@@ -17,7 +17,7 @@ from pe_bench.runs import Run, RunFileError, digest, identity, numerics_of
 UNLABELLED = ("seed", "scheme")
 # A fine-tune's identity keys that its label's tag (finetune_tag) already says, or that follow from its parent.
 TAGGED = ("train.steps", "train.seq_len", "train.pose_target", "train.pose_chunks", "finetune.original_seq_len",
-          "finetune.data_offset", "finetune.new_positions")
+          "finetune.data_offset", "finetune.new_positions", "finetune.trainable")
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
