@@ -34,6 +34,7 @@ class Counting(SyntheticTask):
     citation = "Chang & Bisk 2025, arXiv:2405.20131"
     Options = CountingOptions
     recipe = "task_long"  # lr 1e-3, 5000 steps: 33 % exact match at L at 3e-3; 90.5–97.5 % after 3000 at 1e-3
+    model = "tiny_fan_in"  # ALiBi: 90.0 % at L from GPT-2's init, 100 % from fan_in (TUNING.md, fourth sitting)
 
     @property
     def vocab_size(self) -> int:
