@@ -24,8 +24,8 @@ FILLED = ("from_run", "parent", "parent_config", "original_seq_len", "data_offse
 
 def finetune_tag(cfg: Config) -> str:
     """What a fine-tuned run's table rows add to the scheme label: PoSE's target (and chunks), the learned table's
-    growth policy when not the default, `` scheme-only`` when the rest was frozen, `` ft<steps>@<L>`` — e.g. ``rope+yarn×8 ft100@512``, ``rope+yarn×8 PoSE→512
-    ft100@64``. Empty for a run trained from scratch."""
+    growth policy when not the default, `` scheme-only`` when the rest was frozen, `` ft<steps>@<L>`` — e.g.
+    ``rope+yarn×8 ft100@512``, ``rope+yarn×8 PoSE→512 ft100@64``. Empty for a run trained from scratch."""
     return method_tag(cfg).replace(" @", f" ft{cfg.train.steps}@") if cfg.finetune.from_run else ""
 
 

@@ -76,7 +76,7 @@ class SweepConfig:
     seeds: list[int] = field(default_factory=lambda: [0])
     seq_lens: list[int] | None = None  # training lengths L; None = the train preset's seq_len
     task: str = tasks.DEFAULT  # a task preset (configs/task); several: grid: {task: [passkey, copy]}
-    model: str | None = "tiny"  # None: each point's task brings its own model preset (a task's ``model``; without one, tiny)
+    model: str | None = "tiny"  # None: each point's task brings its model preset (a task's ``model``; else tiny)
     data: str = "shakespeare"
     train: str | None = "quick"  # None: each point's task brings its own recipe (a task's ``recipe``)
     eval: str = "default"
