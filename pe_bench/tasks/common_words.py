@@ -32,6 +32,10 @@ class CommonWords(SyntheticTask):
     citation = "Hsieh et al. 2024, arXiv:2404.06654 (RULER, common words extraction)"
     Options = CommonWordsOptions
     min_size = 0  # the common words only
+    # Still learning after 3000 steps at lr 1e-3 from fan_in (RoPE: 72.8 % exact match at L, validation loss falling):
+    # 10000 steps (results/tasks/TUNING.md, fourth sitting)
+    recipe = "task_xlong"
+    model = "tiny_fan_in"
 
     def __init__(self, cfg: CommonWordsOptions, text: dict[str, np.ndarray] | None = None) -> None:
         super().__init__(cfg)
