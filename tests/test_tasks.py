@@ -180,7 +180,7 @@ def test_lm_run_names_are_unchanged_and_task_runs_have_their_own():
     """The committed results keep their run directories: task=lm adds nothing to a run's identity."""
     assert run_name(compose(["scheme=rope"])) == "rope-tiny-shakespeare-L64-s0-7397d1b0"
     copy = run_name(compose(["scheme=rope", "task=copy"]))
-    assert copy.startswith("copy-rope-tiny-L32-s0-")  # a task brings its recipe, train=task (L = 32)
+    assert copy.startswith("copy-rope-tiny_fan_in-L32-s0-")  # a task brings its recipe (L = 32) and model
     assert run_name(compose(["scheme=rope", "task=copy", "task.symbols=8"])) != copy
     # the corpus is not part of a task's identity unless the task reads it (passkey with text filler)
     assert run_name(compose(["scheme=rope", "task=copy", "data=wikitext2"])) == copy
@@ -189,7 +189,9 @@ def test_lm_run_names_are_unchanged_and_task_runs_have_their_own():
 
 
 def test_a_task_brings_its_recipe_unless_one_is_chosen():
-    assert compose(["task=copy"], scheme=False).train.name == "task"
+    assert compose(["task=passkey"], scheme=False).train.name == "task"
+    assert compose(["task=copy"], scheme=False).train.name == "task_low_lr"
+    assert compose(["task=common_words"], scheme=False).train.steps == 10000
     assert (compose(["task=reverse"], scheme=False).train.steps, compose(["task=flipflop"], scheme=False).train.lr) == (
         5000, 1e-3)  # the recipes tuned per task (results/tasks/TUNING.md)
     assert compose(["task=copy", "train=quick"], scheme=False).train.name == "quick"
@@ -422,6 +424,7 @@ def test_a_task_brings_its_model_preset_unless_a_model_is_chosen():
     assert compose(["task=assoc_recall"], scheme=False).model.name == "tiny_fan_in"
     assert compose(["task=assoc_recall"], scheme=False).model.init == "fan_in"
     assert compose(["task=needle_multikey"], scheme=False).model.name == "tiny_fan_in"
+    assert compose(["task=reverse"], scheme=False).model.name == "tiny_fan_in"  # as copy, whose class it extends
     assert compose(["task=passkey"], scheme=False).model.name == "tiny"
     assert compose(["task=assoc_recall", "model=tiny"], scheme=False).model.init == "gpt2"
     cfg = compose(["task=assoc_recall", "model.n_layers=2"], scheme=False)

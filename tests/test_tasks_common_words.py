@@ -123,7 +123,7 @@ def test_the_yaml_composes_and_bad_options_are_refused_by_name():
     cfg = compose(["task=common_words"], scheme=False)
     assert (cfg.task.name, cfg.task.common_words, cfg.task.common_freq, cfg.task.uncommon_freq,
             cfg.task.word_vocab) == (NAME, 3, 3, 1, 256)
-    assert cfg.task.eval_examples == 400 and cfg.train.name == "task"
+    assert cfg.task.eval_examples == 400 and (cfg.train.name, cfg.model.name) == ("task_xlong", "tiny_fan_in")
     with pytest.raises(ConfigError, match="task.common_freq=1 is out of range"):
         compose(["task=common_words", "task.common_freq=1"], scheme=False)
     with pytest.raises(ConfigError, match="task.common_freq=2 must be above task.uncommon_freq=2"):

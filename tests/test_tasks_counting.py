@@ -112,7 +112,8 @@ def test_counts_beyond_the_digits_are_refused_naming_them():
 def test_the_yaml_composes_and_bad_options_are_refused_by_name():
     cfg = compose(["task=counting"], scheme=False)
     assert (cfg.task.name, cfg.task.symbols, cfg.task.count_digits, cfg.task.reverse_digits) == (NAME, 10, 3, True)
-    assert cfg.task.eval_examples == 400 and (cfg.train.name, cfg.train.lr) == ("task_long", 1e-3)
+    assert cfg.task.eval_examples == 400 and (cfg.train.name, cfg.train.lr, cfg.model.name) == ("task_long", 1e-3,
+                                                                                      "tiny_fan_in")
     with pytest.raises(ConfigError, match="task.count_digits=0 is out of range"):
         compose(["task=counting", "task.count_digits=0"], scheme=False)
     with pytest.raises(ConfigError, match="task.count_digits=2 is too few for task=counting at length 256"):

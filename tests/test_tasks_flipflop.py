@@ -51,7 +51,7 @@ def test_the_ignore_probability_is_the_share_of_ignores_and_writes_and_reads_sha
 def test_flipflop_composes_with_its_option_and_refuses_an_ignore_probability_of_one():
     cfg = compose(["task=flipflop", "task.ignore_prob=0.98", "scheme=rope"])
     assert cfg.task.name == "flipflop" and cfg.task.ignore_prob == 0.98 and cfg.train.steps == compose(
-        ["task=copy"]).train.steps  # the tasks' recipe
+        ["task=passkey"]).train.steps  # the tasks' recipe
     with pytest.raises(ConfigError, match="task.ignore_prob"):
         compose(["task=flipflop", "task.ignore_prob=1"])
     with pytest.raises(ConfigError, match="task.ignore_prob=0.5 is not read by task=copy; it is an option of task=flipflop"):
