@@ -419,7 +419,7 @@ def test_the_shipped_sweeps_are_the_points_the_readme_lists():
     """docs/sweeps.md: smoke (every scheme × seeds 0, 1; smoke recipe, 2-layer model), tasks (the paper's six and the
     ten schemes flat to 8L × the eleven synthetic tasks × seeds 0, 1, 2, each task with its own recipe and model, two
     processes at once: 528 points), extension (rope × seed 0, then 5 methods × budgets 25, 100, 400, and 0 for the
-    parent's rows)."""
+    parent's rows), headscale (nope × seeds 0, 1, 2, then HeadScale and a full fine-tune × 200 steps)."""
     def points(name):
         return [compose(p) for p in expand(load_sweep(name), [])]
 
@@ -443,6 +443,10 @@ def test_the_shipped_sweeps_are_the_points_the_readme_lists():
     ext = load_sweep("extension")
     assert [(c.scheme["name"], c.seed) for c in map(compose, expand(ext, []))] == [("rope", 0)]
     assert ext.extension.steps == [0, 25, 100, 400] and len(ext.extension.methods) == 5
+    hs = load_sweep("headscale")  # NoPE × seeds 0-2, then HeadScale and a full fine-tune, 200 steps (0: uniform λ)
+    assert [(c.scheme["name"], c.seed) for c in map(compose, expand(hs, []))] == [("nope", k) for k in (0, 1, 2)]
+    assert hs.extension.steps == [0, 200] and set(hs.extension.methods) == {"headscale", "finetune"}
+    assert "finetune.trainable=scheme" in hs.extension.methods["headscale"]
 
 
 def test_a_point_that_failed_before_is_retried(tmp_path):
