@@ -100,7 +100,9 @@ def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
     r = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")
     assert r.exit_code == 0, r.output
     table = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
-    assert set(table["scheme"]) == {"nope", "alibi"} and set(table["mode"]) == {"nonoverlapping", "sliding"}
+    uniform = {f"nope[head_scale={x}]" for x in (1.2, 1.5, 1.8)}  # NoPE's eval-time rows (configs/scheme/nope.yaml)
+    assert set(table["scheme"]) == {"nope", "alibi", *uniform}
+    assert set(table["mode"]) == {"nonoverlapping", "sliding"}
     assert {"32", "64", "128", "256", "longest/L", "seeds"} <= set(table.columns)
     assert "| alibi | 32 |" in (tmp_path / "results" / "default" / "comparison.md").read_text()
     assert {p.name for p in (tmp_path / "results" / "default").iterdir()} == {  # the report, in <results_dir>/<name>
