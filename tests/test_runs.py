@@ -65,7 +65,7 @@ def test_a_run_directory_holds_the_documented_files_with_the_documented_columns(
     win = pd.read_csv(finished / "windows.csv", keep_default_na=False)
     assert {"window", "nll", "tokens"} <= set(win.columns)
     for r in ev.itertuples():
-        w = win[(win["L_eval"] == r.L_eval) & (win["mode"] == r.mode)]
+        w = win[(win["scheme"] == r.scheme) & (win["L_eval"] == r.L_eval) & (win["mode"] == r.mode)]
         assert w["tokens"].sum() == r.tokens_scored
         assert w["nll"].sum() / w["tokens"].sum() == pytest.approx(r.loss, abs=1e-5)
     assert len(pd.read_csv(finished / "positions.csv"))  # per-position loss curves
