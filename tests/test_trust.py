@@ -40,7 +40,7 @@ def stop_flag():
 # 1 ------------------------------------------------------------------------------------------------------------------
 def test_a_row_is_one_configuration_never_a_mean_across_configurations(smoke_args, tmp_path):
     r = invoke("sweep", "scheme=nope", "seed=0", *smoke_args[:-1], "model.n_layers=1,2", f"results_dir={tmp_path / 'res'}",
-               "--no-progress")
+               "eval.variants=false", "--no-progress")
     assert r.exit_code == 0, r.output
     table = pd.read_csv(tmp_path / "res" / "default" / "comparison.csv")
     rows = table[table["mode"] == "nonoverlapping"]
@@ -48,7 +48,7 @@ def test_a_row_is_one_configuration_never_a_mean_across_configurations(smoke_arg
     assert (rows["seeds"] == 1).all()
     # a second tokenizer-free axis in another folder: one report over both keeps every configuration apart
     r = invoke("sweep", "scheme=nope", "seed=0", "model.d_model=32", "train=smoke", "eval=smoke", "model.n_layers=1",
-               f"results_dir={tmp_path / 'other'}", "--no-progress")
+               f"results_dir={tmp_path / 'other'}", "eval.variants=false", "--no-progress")
     assert r.exit_code == 0, r.output
     r = invoke("report", tmp_path / "res", tmp_path / "other", "--out", tmp_path / "rep", "--no-plots")
     assert r.exit_code == 0, r.output
@@ -360,7 +360,8 @@ def test_runs_made_with_other_numerics_are_never_one_row(smoke_args, tmp_path):
     import torch
 
     threads = torch.get_num_threads()
-    common = ["scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32", "--no-progress"]
+    common = ["scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32", "eval.variants=false",
+              "--no-progress"]
     try:
         assert invoke("train", *common, "seed=0", "train.threads=1", f"results_dir={tmp_path / 'a'}").exit_code == 0
         assert invoke("train", *common, "seed=1", "train.threads=2", f"results_dir={tmp_path / 'b'}").exit_code == 0
@@ -584,14 +585,14 @@ def test_a_finished_run_is_not_trained_again_on_a_machine_with_other_numerics(tm
 
 def test_eval_accepts_only_the_schemes_declared_eval_time_options():
     """`pe-bench eval` may change eval.* and Scheme.eval_options — RoPE's scaling, learned's beyond_table and
-    extend_seed, nothing of any other registered scheme — and refuses any other scheme option or another scheme."""
+    extend_seed, NoPE's head_scale, nothing of any other registered scheme — and refuses any other scheme option or another scheme."""
     from pe_bench import schemes
     from pe_bench.config import ConfigError, compose
     from pe_bench.experiment import check_eval_overrides
 
     declared = {name: tuple(cls.eval_options) for name, cls in schemes.REGISTRY.items() if cls.eval_options}
-    assert declared == {"rope": ("scaling",), "learned": ("beyond_table", "extend_seed")}
-    accepted = [("rope", ["scheme.scaling.type=yarn", "scheme.scaling.factor=8"]),
+    assert declared == {"rope": ("scaling",), "learned": ("beyond_table", "extend_seed"), "nope": ("head_scale",)}
+    accepted = [("rope", ["scheme.scaling.type=yarn", "scheme.scaling.factor=8"]), ("nope", ["scheme.head_scale=1.5"]),
                 ("learned", ["scheme.beyond_table=extend", "scheme.extend_seed=7"])]
     for name, options in accepted:
         check_eval_overrides(compose([f"scheme={name}"]), compose([f"scheme={name}", *options]))
