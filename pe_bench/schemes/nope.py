@@ -58,8 +58,8 @@ class NoPE(Scheme):
         return q * self.scale[layer][None, :, None, None].to(q.dtype), k
 
     def inherit(self, state: dict[str, torch.Tensor], prefix: str, how: str) -> None:
-        """A parent trained without the scale (or with another head_scale option) starts at this run's uniform
-        scale: the training-free rows and HeadScale's first step; a parent's learnt λ is kept."""
+        """Weights without λ start at this run's uniform scale (the training-free rows, HeadScale's first step);
+        learnt λ are kept, and refused when they started from another head_scale (or this run has none)."""
         key, start = prefix + "scale", prefix + "scale_start"
         if key in state and (self.scale is None or float(state[start]) != self.options.head_scale):
             raise ValueError(f"the weights hold head scales learnt from scheme.head_scale={float(state[start]):g}; "
