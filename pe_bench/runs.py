@@ -225,8 +225,23 @@ def numerics(device: torch.device) -> str:
 
     if device.type == "cuda":
         return f"torch {torch.__version__}, {torch.cuda.get_device_name(device)}"
-    isa = torch.backends.cpu.get_cpu_capability()  # the kernels torch dispatches to (AVX2, AVX512, ...)
-    return f"torch {torch.__version__}, cpu {isa}, {torch.get_num_threads()} threads"
+    return f"torch {torch.__version__}, cpu {cpu_isa()}, {torch.get_num_threads()} threads"
+
+
+ISA_CAPS = ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")  # MKL's and oneDNN's own instruction-set caps
+
+
+def cpu_isa() -> str:
+    """The instruction set torch's CPU kernels dispatch to (AVX2, AVX512, ...). ATEN_CPU_CAPABILITY caps torch's own
+    kernels only: unless MKL and oneDNN are capped alike, their matrix products keep the CPU's widest and the
+    numbers are another CPU's, so the name says so (docs/trust.md, "Determinism")."""
+    import torch
+
+    isa = torch.backends.cpu.get_cpu_capability()
+    cap = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    if cap and not all(os.environ.get(k, "").lower().startswith(cap) for k in ISA_CAPS):
+        return f"{isa} (MKL, oneDNN not capped)"
+    return isa
 
 
 def numerics_of(meta: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ points are the Cartesian product. ``sweep=NAME`` picks the config and ``sweep.KE
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -338,6 +339,29 @@ def inspect(point: Point) -> Point:
     else:
         point.state, point.detail = "new", "to train"
     return point
+
+
+def cpu_kernels_apart(points: list[Point]) -> str | None:
+    """One line when finished points were made with other CPU kernels than this machine dispatches to and points
+    remain to train here: the new runs will be rows apart from theirs in the report. None otherwise (or on a GPU)."""
+    import torch
+
+    from pe_bench.runs import cpu_isa, numerics_of
+
+    if torch.cuda.is_available() or not any(p.state in TODO for p in points):
+        return None
+    here = cpu_isa()
+    apart: dict[str, int] = {}
+    for p in points:
+        m = re.match(r"torch [^,]+, cpu (.+), \d+ threads$", numerics_of(p.meta)) if p.state == "done" else None
+        if m and m.group(1) != here:
+            apart[m.group(1)] = apart.get(m.group(1), 0) + 1
+    if not apart:
+        return None
+    made = ", ".join(f"{n} with {isa}" for isa, n in sorted(apart.items()))
+    return (f"finished points were made with other CPU kernels ({made}) than this machine's ({here}): the runs "
+            "trained here will be rows apart from theirs in the report (docs/trust.md, \"Determinism\", says how "
+            "to match them)")
 
 
 def check_data(points: list[Point]) -> None:

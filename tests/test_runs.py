@@ -175,3 +175,21 @@ def test_git_modified_says_whether_the_checkout_differs_from_its_commit(tmp_path
     assert git_modified(tmp_path) is False and len(git_sha(tmp_path)) == 40
     (tmp_path / "pe_bench" / "a.py").write_text("2\n")
     assert git_modified(tmp_path) is True
+
+
+@pytest.mark.parametrize("caps, suffix", [({}, ""), ({"ATEN_CPU_CAPABILITY": "avx2"}, " (MKL, oneDNN not capped)"),
+                                          ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+                                           " (MKL, oneDNN not capped)"),
+                                          ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                                            "ONEDNN_MAX_CPU_ISA": "AVX2"}, "")])
+def test_numerics_name_torch_kernels_capped_without_mkl_and_onednn(monkeypatch, caps, suffix):
+    """ATEN_CPU_CAPABILITY alone leaves MKL's and oneDNN's products at the CPU's widest instruction set: other
+    numbers than a CPU of that set, so the numerics say so and such runs never pool with that CPU's."""
+    from pe_bench.runs import numerics
+
+    for k in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in caps.items():
+        monkeypatch.setenv(k, v)
+    isa = torch.backends.cpu.get_cpu_capability()
+    assert numerics(torch.device("cpu")) == f"torch {torch.__version__}, cpu {isa}{suffix}, {torch.get_num_threads()} threads"

@@ -460,3 +460,18 @@ def test_a_point_that_failed_before_is_retried(tmp_path):
     r = invoke("sweep", *args, "--no-progress")
     assert r.exit_code == 0 and "1 trained" in r.output, r.output
     assert meta(run.path)["status"] == "done" and meta(run.path)["error"] is None
+
+
+def test_a_sweep_says_when_its_finished_points_were_made_with_other_cpu_kernels(tmp_path):
+    """Runs made with other CPU kernels are rows apart in the report (docs/trust.md, "Determinism"): a sweep that
+    would train new points beside finished ones of another instruction set says so before it starts."""
+    run_one(smoke_point("scheme=alibi", "seed=0", f"results_dir={tmp_path}"), progress=False)
+    args = ["sweep", *SMOKE, "scheme=alibi", "seed=0,1", f"results_dir={tmp_path}", "--dry-run"]
+    assert "other CPU kernels" not in invoke(*args).output  # the same machine: nothing to say
+    (run,) = (tmp_path / "runs").iterdir()
+    m = meta(run)
+    m["numerics"] = m["numerics"].replace(", cpu ", ", cpu NONE-", 1)
+    (run / "meta.json").write_text(json.dumps(m))
+    r = invoke(*args)
+    assert r.exit_code == 0, r.output
+    assert "finished points were made with other CPU kernels (1 with NONE-" in " ".join(r.output.split())

@@ -87,10 +87,12 @@ def _run_stage(points, sw, name: str, run_with, dry_run: bool) -> dict[str, str]
     """Plan, estimate and launch the points to do; their results, or None when nothing more happens here (a dry
     run, a script emitted, an array handed to Slurm)."""
     from pe_bench import launchers
-    from pe_bench.sweep import TODO, check_data
+    from pe_bench.sweep import TODO, check_data, cpu_kernels_apart
 
     _print_plan(points, name)
     _print_estimate(points, sw)
+    if run_with.trains_here and (apart := cpu_kernels_apart(points)):
+        warn(apart)
     if dry_run:
         return None
     todo = [p for p in points if p.state in TODO]
