@@ -22,9 +22,10 @@ class Copy(SyntheticTask):
     citation = "Kazemnejad et al. 2023; Ruoss et al. 2023"
     Options = CopyOptions
     length_step = 2
-    # From GPT-2's init at lr 3e-3 RoPE stopped at 94.8 % exact match at L; from fan_in at lr 1e-3, 99.5 %
-    # (results/tasks/TUNING.md, fourth sitting). Reverse inherits the model, with its own recipe.
-    recipe = "task_low_lr"
+    # From GPT-2's init at lr 3e-3 RoPE stopped at 94.8 % exact match at L; from fan_in at lr 1e-3, 99.5 % in 3000
+    # steps, where NoPE stopped at 93.0 % and reached 96.0 % in 5000 (results/tasks/TUNING.md, fourth and fifth
+    # sittings). Reverse inherits the model and the recipe.
+    recipe = "task_long"
     model = "tiny_fan_in"
 
     @property
