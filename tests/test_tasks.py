@@ -190,7 +190,7 @@ def test_lm_run_names_are_unchanged_and_task_runs_have_their_own():
 
 def test_a_task_brings_its_recipe_unless_one_is_chosen():
     assert compose(["task=passkey"], scheme=False).train.name == "task"
-    assert compose(["task=copy"], scheme=False).train.name == "task_low_lr"
+    assert compose(["task=copy"], scheme=False).train.name == "task_long"
     assert compose(["task=common_words"], scheme=False).train.steps == 10000
     assert (compose(["task=reverse"], scheme=False).train.steps, compose(["task=flipflop"], scheme=False).train.lr) == (
         5000, 1e-3)  # the recipes tuned per task (results/tasks/TUNING.md)
