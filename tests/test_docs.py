@@ -50,7 +50,7 @@ def test_the_slug_is_githubs_on_headings_of_the_real_pages():
     assert "train-short-fine-tune-a-little-longer-context-extension-with-a-budget" in \
         anchors((docs / "fine-tuning.md").read_text())
     assert "config-groups-configs" in anchors((docs / "configuration.md").read_text())
-    assert "the-default-sweep-every-scheme-two-seeds" in anchors((docs / "results.md").read_text())
+    assert "the-default-sweep-every-scheme-three-seeds" in anchors((docs / "results.md").read_text())
 
 
 def test_every_relative_link_of_the_readme_and_the_docs_resolves():

@@ -41,17 +41,17 @@ def meta(run: Path) -> dict:
     return json.loads((run / "meta.json").read_text())
 
 
-def test_the_default_sweep_is_every_registered_scheme_with_two_seeds():
+def test_the_default_sweep_is_every_registered_scheme_with_three_seeds():
     """... plus p-RoPE and HoPE (RoPE with options, sweep.scheme_variants) beside plain RoPE, and the layered
     pattern with local attention, sliding and chunked."""
     points = expand(load_sweep("default"), [])
-    assert len(points) == 2 * (len(schemes.available()) + 4)
+    assert len(points) == 3 * (len(schemes.available()) + 4)
     plain = [p for p in points if p[-1].startswith("scheme=")]
     assert {(p[-1], next(o for o in p if o.startswith("seed="))) for p in plain} == {
-        (f"scheme={s}", f"seed={k}") for s in schemes.available() for k in (0, 1)}
+        (f"scheme={s}", f"seed={k}") for s in schemes.available() for k in (0, 1, 2)}
     assert sorted(p[-1] for p in points if not p[-1].startswith("scheme=")) == sorted(
-        ["scheme.frequencies_kept=0.75"] * 2 + ["scheme.hope=true"] * 2 + ["scheme.window=16"] * 2
-        + ["scheme.chunked=true"] * 2)
+        ["scheme.frequencies_kept=0.75"] * 3 + ["scheme.hope=true"] * 3 + ["scheme.window=16"] * 3
+        + ["scheme.chunked=true"] * 3)
 
 
 def test_command_line_lists_replace_the_config_axes_and_multiply():

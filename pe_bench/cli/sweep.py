@@ -35,7 +35,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
           wide: bool = typer.Option(False, "--wide", help="Print the report's tables with their 95% intervals."),
           verbose: bool = verbose_option()) -> None:
     """Train and evaluate every point of a sweep, then write its report (tables, long CSV, plots). The default
-    sweep is every registered scheme × 2 seeds. Finished points are skipped; interrupted ones resume from their
+    sweep is every registered scheme × 3 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
     from pe_bench.sweep import expand, load_sweep, plan, report_dir, split_overrides
