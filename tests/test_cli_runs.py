@@ -28,17 +28,17 @@ def test_every_committed_run_is_one_line_with_its_numbers():
     assert code == 0
     assert lines[0].split() == ["run", "status", "step", "wall", "val", "loss", "numerics"]
     rows = [line for line in lines[1:-1]]
-    assert len(rows) == len(list(COMMITTED.iterdir())) == 46
+    assert len(rows) == len(list(COMMITTED.iterdir())) == 87
     alibi = next(line for line in rows if line.startswith(ALIBI)).split()
     meta = json.loads((COMMITTED / ALIBI / "meta.json").read_text())
     assert alibi[1:4] == ["done", "1000/1000", "2m41s"]  # train 146.68 s + eval 14.18 s
     assert alibi[4] == f"{meta['final_val_loss']:.4f}" and " ".join(alibi[5:]) == meta["numerics"]
-    assert lines[-1] == "46 runs: 46 done"
+    assert lines[-1] == "87 runs: 87 done"
 
 
 def test_the_filters_keep_what_they_name_and_a_bad_status_is_one_line():
     code, lines, _ = lines_of(str(COMMITTED), "--scheme", "alibi", "--scheme", "t5")
-    assert code == 0 and len(lines) == 1 + 4 + 1
+    assert code == 0 and len(lines) == 1 + 6 + 1
     assert {line.split("-")[0] for line in lines[1:-1]} == {"alibi", "t5"}
     code, lines, _ = lines_of(str(COMMITTED), "--status", "failed")
     assert code == 2 and "no run matches the filters" in lines[-1]

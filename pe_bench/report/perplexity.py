@@ -4,6 +4,7 @@ CSV, markdown and rich."""
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from rich import box
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -257,15 +259,28 @@ def _markdown(t: pd.DataFrame) -> str:
     return markdown.table(["scheme", "L", *t.columns], rows)
 
 
+CONSOLE_COLUMNS = 120  # the compact console table's width: mean ± std at four eval lengths beside the row name
+
+
 def rich_table(t: pd.DataFrame, title: str, wide: bool = True, styled: bool = True) -> Table:
     """A comparison table for the console. ``wide``: every column, cells with their intervals (as comparison.md);
-    otherwise mean ± std alone (``6.732±0.030``) and no interval column, so that four eval lengths fit 120 columns.
+    otherwise mean ± std alone (``6.732±0.030``) and no interval column, so that four eval lengths fit 120 columns
+    (a row name too long for them folds onto a second line).
     ``styled``: best cells in bold (a terminal); otherwise marked with a trailing ``*`` (a log file, a pipe)."""
+    table = _rich_table(t, title, wide, styled, None)
+    over = 0 if wide else _rendered_width(table) - CONSOLE_COLUMNS
+    if over > 0:
+        longest = max(len(str(scheme)) for scheme, _ in t.index)
+        table = _rich_table(t, title, wide, styled, max(12, longest - over))
+    return table
+
+
+def _rich_table(t: pd.DataFrame, title: str, wide: bool, styled: bool, scheme_width: int | None) -> Table:
     marker = ("[bold]", "[/bold]") if styled else ("", "*")
     table = Table(title=title, header_style="bold", box=None if not wide else box.HEAVY_HEAD, pad_edge=False,
                   caption=f"{'bold' if styled else '*'}: not distinguishable from the best (paired 95%)")
     columns = [c for c in t.columns if wide or c != "interval"]
-    table.add_column("scheme", no_wrap=True)
+    table.add_column("scheme", no_wrap=scheme_width is None, overflow="fold", max_width=scheme_width)
     table.add_column("L", justify="right")
     for c in columns:
         table.add_column(c, justify="right", no_wrap=True)
@@ -275,6 +290,13 @@ def rich_table(t: pd.DataFrame, title: str, wide: bool = True, styled: bool = Tr
                        marker) for c in columns]
         table.add_row(escape(str(scheme)), str(L), *cells)
     return table
+
+
+def _rendered_width(table: Table) -> int:
+    """The widest line of ``table`` printed without a width limit."""
+    probe = Console(file=io.StringIO(), width=10_000, highlight=False)
+    probe.print(table)
+    return max(len(line.rstrip()) for line in probe.file.getvalue().splitlines())
 
 
 def compact(cell: Any) -> str:
