@@ -269,9 +269,11 @@ def rich_table(t: pd.DataFrame, title: str, wide: bool = True, styled: bool = Tr
     ``styled``: best cells in bold (a terminal); otherwise marked with a trailing ``*`` (a log file, a pipe)."""
     table = _rich_table(t, title, wide, styled, None)
     over = 0 if wide else _rendered_width(table) - CONSOLE_COLUMNS
-    if over > 0:
-        longest = max(len(str(scheme)) for scheme, _ in t.index)
-        table = _rich_table(t, title, wide, styled, max(12, longest - over))
+    width = max(len(str(scheme)) for scheme, _ in t.index)
+    while over > 0 and width > 12:  # re-measured: rich's column padding around max_width differs across versions
+        width = max(12, width - over)
+        table = _rich_table(t, title, wide, styled, width)
+        over = _rendered_width(table) - CONSOLE_COLUMNS
     return table
 
 
