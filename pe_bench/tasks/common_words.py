@@ -33,7 +33,7 @@ class CommonWords(SyntheticTask):
     Options = CommonWordsOptions
     min_size = 0  # the common words only
     # Still learning after 3000 steps at lr 1e-3 from fan_in (RoPE: 72.8 % exact match at L, validation loss falling):
-    # 10000 steps (results/tasks/TUNING.md, fourth sitting)
+    # 10000 steps (results/tasks/TUNING.md, fourth sitting), on lists that fill L (its YAML; seventh sitting)
     recipe = "task_xlong"
     model = "tiny_fan_in"
 
