@@ -102,7 +102,7 @@ def test_heldout_examples_fill_their_length_and_answer_at_the_end(n):
 def test_the_yaml_composes_and_bad_options_are_refused_by_name():
     cfg = compose(["task=variable_tracking"], scheme=False)
     assert (cfg.task.name, cfg.task.hops, cfg.task.chains, cfg.task.variable_names) == (NAME, 2, 2, 32)
-    assert cfg.task.eval_examples == 400 and (cfg.train.name, cfg.model.name) == ("task_xxlong", "tiny_fan_in")
+    assert cfg.task.eval_examples == 400 and (cfg.train.name, cfg.model.name) == ("task_xlong", "tiny_fan_in")
     with pytest.raises(ConfigError, match="task.hops=0 is out of range"):
         compose(["task=variable_tracking", "task.hops=0"], scheme=False)
     with pytest.raises(ConfigError, match=r"task.variable_names=5 is too few for task.chains=2 × \(task.hops=2 \+ 1\)"):

@@ -33,9 +33,9 @@ class VariableTracking(SyntheticTask):
     citation = "Hsieh et al. 2024, arXiv:2404.06654 (RULER, variable tracking)"
     Options = VariableTrackingOptions
     min_size = 0  # statements and question only
-    # Still learning after 3000 steps at lr 1e-3 from fan_in (RoPE: 35.5 % exact match at L), and NoPE and T5 after
-    # 10000 and 20000 (80.5, 89.5 %; 93.2, 94.2 %): 30000 steps (results/tasks/TUNING.md, fourth and eighth sittings)
-    recipe = "task_xxlong"
+    # Still learning after 3000 steps at lr 1e-3 from fan_in (RoPE: 35.5 % exact match at L, validation loss falling):
+    # 10000 steps (results/tasks/TUNING.md, fourth sitting)
+    recipe = "task_xlong"
     model = "tiny_fan_in"
 
     @classmethod
