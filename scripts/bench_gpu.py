@@ -6,7 +6,8 @@
    is timed below with its first candidate that compiles; the one for all goes in
    pe_bench.model.attention.FLEX_KERNEL_OPTIONS for this GPU.
 2. Training step of model=small at L = 512, B = 16, compiled, bf16: every bias scheme on FlexAttention and on SDPA
-   with a materialised mask, ÷ NoPE's on flash causal SDPA (targets: flex <= 1.15× NoPE's and <= SDPA+mask's).
+   with a materialised mask, ÷ NoPE's on flash causal SDPA (targets: flex <= 1.15× NoPE's and <= SDPA+mask's); the
+   learned tables (T5, KERPLE) on flex both ways (pe_bench.schemes.base.FLEX_LEARNED_TABLE).
 3. Evaluation forward at 8L (T = 4096, B = 4, eager model, bf16): the same ratios (the evaluator's path).
 4. MFU of NoPE's training step by batch size (6·N + 12·layers·d·T flops per token over the device's dense bf16
    peak; the attention term counted whole, as nanoGPT and PaLM do), and a profile of the step at B = 128.
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench import VOCAB, in_turn, model_for, timed, train_step_fn, write_table  # noqa: E402
 
 from pe_bench.model import attention  # noqa: E402
+from pe_bench.schemes import base as scheme_base  # noqa: E402
 from pe_bench.train import make_optimizer  # noqa: E402
 
 BIAS_SCHEMES = ("alibi", "t5", "kerple_log", "kerple_power", "sandwich", "hybrid")  # FIRE: refused on flex
@@ -45,6 +47,10 @@ BIAS_SCHEMES = ("alibi", "t5", "kerple_log", "kerple_power", "sandwich", "hybrid
 CANDIDATES = ({"fwd_BLOCK_M": 64},
               {"fwd_num_stages": 2},
               {"fwd_num_stages": 2, "bwd_BLOCK_N1": 64, "bwd_BLOCK_M2": 64, "bwd_num_warps": 4})
+# The schemes whose per-distance table has gradients, timed on flex with each way of taking it (FLEX_LEARNED_TABLE in
+# pe_bench.schemes.base; the first is pe-bench's default and the row named plain "flex").
+LEARNED_TABLES = ("t5", "kerple_log", "kerple_power")
+TABLE_MODES = (scheme_base.FLEX_LEARNED_TABLE, *({"matrix", "distance"} - {scheme_base.FLEX_LEARNED_TABLE}))
 L, B, EVAL_T, EVAL_B = 512, 16, 4096, 4
 MFU_BATCHES = (16, 64, 128, 256)
 TRAIN_TARGET = 1.15
@@ -69,13 +75,22 @@ def batch(b: int, t: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
-def train_step(name: str, backend: str, b: int):
-    """The compiled bf16 training step of model=small for ``name`` on ``backend`` at batch ``b``, warmed up:
-    (step, flops per token)."""
+def in_table_mode(table: str, fn):
+    """``fn`` run with pe_bench.schemes.base.FLEX_LEARNED_TABLE = ``table`` (a global its compiled graph is guarded
+    on: each timed model keeps the mode it was compiled in, or it would recompile inside the rounds)."""
+    def f() -> None:
+        scheme_base.FLEX_LEARNED_TABLE = table
+        fn()
+    return f
+
+
+def train_step(name: str, backend: str, b: int, table: str | None = None):
+    """The compiled bf16 training step of model=small for ``name`` on ``backend`` at batch ``b``, warmed up (with
+    FLEX_LEARNED_TABLE = ``table`` when given): (step, flops per token)."""
     m, c = model_for(name, "small", L, torch.device("cuda"), (f"attention.backend={backend}",))
     x, y = batch(b, L)
     fn = train_step_fn(torch.compile(m, dynamic=False), make_optimizer(m, c.train, torch.device("cuda")), x, y, CTX, True)
-    timed(fn, torch.device("cuda"), 3)
+    timed(in_table_mode(table, fn) if table else fn, torch.device("cuda"), 3)
     return fn, 6 * m.num_params() + 12 * c.model.n_layers * c.model.d_model * L
 
 
@@ -95,9 +110,10 @@ def eval_forward(name: str, backend: str):
 def child(name: str, backend: str, b: int, candidate: int) -> None:
     """In a fresh process: compile (and so cache) one training step, and for flex the 8L forward; print the outcome."""
     set_flex_options(CANDIDATES[candidate] if candidate >= 0 else None)
+    backend, _, table = backend.partition("/")  # flex/distance: the learned table taken the other way
     try:
-        train_step(name, backend, b)
-        if backend == "flex":
+        train_step(name, backend, b, table or None)
+        if backend == "flex" and not table:
             eval_forward(name, backend)
         print(json.dumps({"ok": True}))
     except Exception as e:  # the outcome is the data here: which options compile
@@ -114,11 +130,14 @@ def run_children(jobs: list[tuple[str, str, int, int]], workers: int) -> dict:
         return dict(pool.map(one, jobs))
 
 
-def search(workers: int) -> tuple[list[dict], dict[str, int | None]]:
+def search(workers: int, sections: set[int]) -> tuple[list[dict], dict[str, int | None]]:
     """Section 1: which candidate compiles for which scheme (rows), and the candidate index to use per scheme: the
-    candidates in order, each tried only on the schemes no earlier one compiled for."""
+    candidates in order, each tried only on the schemes no earlier one compiled for. Beside them, the steps the
+    later sections time, so that they compile from the caches."""
     jobs = [(n, "flex", B, 0) for n in BIAS_SCHEMES]
-    jobs += [(n, "sdpa", B, -1) for n in ("nope", *BIAS_SCHEMES)] + [("nope", "sdpa", b, -1) for b in MFU_BATCHES[1:]]
+    jobs += [(n, f"flex/{TABLE_MODES[1]}", B, 0) for n in BIAS_SCHEMES if n in LEARNED_TABLES]
+    jobs += [(n, "sdpa", B, -1) for n in ("nope", *BIAS_SCHEMES)]
+    jobs += [("nope", "sdpa", b, -1) for b in MFU_BATCHES[1:]] if 4 in sections else []
     done = run_children(jobs, workers)
     for i in range(1, len(CANDIDATES)):
         failing = [n for n in BIAS_SCHEMES if not any(done.get((n, "flex", B, j), {}).get("ok") for j in range(i))]
@@ -127,6 +146,9 @@ def search(workers: int) -> tuple[list[dict], dict[str, int | None]]:
     rows = [row("1 flex kernel options", job[0], f"small L={L} B={B} flex",
                 note=f"{json.dumps(CANDIDATES[job[3]])}: " + ("compiles" if out["ok"] else out["error"]))
             for job, out in done.items() if job[1] == "flex"]
+    rows += [row("1 flex kernel options", job[0], f"small L={L} B={B} {job[1]}",
+                 note=f"{json.dumps(CANDIDATES[job[3]])}: " + ("compiles" if out["ok"] else out["error"]))
+             for job, out in done.items() if job[1].startswith("flex/")]
     rows += [row("1 compile", job[0], f"small L={L} B={job[2]} sdpa", note=out["error"])
              for job, out in done.items() if job[1] == "sdpa" and not out["ok"]]
     chosen = {n: next((i for i in range(len(CANDIDATES)) if done.get((n, "flex", B, i), {}).get("ok")), None)
@@ -180,21 +202,25 @@ def train_section(chosen: dict, args) -> list[dict]:
             out.append(skip)
             continue
         set_flex_options(CANDIDATES[chosen[n]])
-        try:
-            fns[(n, "flex")] = train_step(n, "flex", B)[0]
-        except Exception as e:  # a failure is a row that says so, not a lost benchmark
-            out.append(row("2 train step", n, f"small L={L} B={B} flex", target=TRAIN_TARGET, verdict="MISS",
-                           note=f"failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"))
+        for table in TABLE_MODES if n in LEARNED_TABLES else TABLE_MODES[:1]:
+            backend = "flex" if table == TABLE_MODES[0] else f"flex/{table}"
+            try:
+                fns[(n, backend)] = in_table_mode(table, train_step(n, "flex", B, table)[0])
+            except Exception as e:  # a failure is a row that says so, not a lost benchmark
+                out.append(row("2 train step", n, f"small L={L} B={B} {backend}", target=TRAIN_TARGET,
+                               verdict="MISS", note=f"failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"))
     times = rounds(fns, args.rounds, args.steps)
     for (n, backend) in sorted(fns):
         r = ratio(times, (n, backend), ("nope", "sdpa"))
         tps = round(B * L / statistics.median(times[(n, backend)]))
         note = ""
-        if backend == "flex":
-            vs_mask = ratio(times, (n, "flex"), (n, "sdpa"))
+        if backend.startswith("flex"):
+            vs_mask = ratio(times, (n, backend), (n, "sdpa"))
             ok = r <= TRAIN_TARGET and vs_mask <= 1.0
             note = f"÷ sdpa+mask {vs_mask}; options {json.dumps(CANDIDATES[chosen[n]])}"
-            out.append(row("2 train step", n, f"small L={L} B={B} flex", tps, r, "step time ÷ nope's (flash)",
+            if n in LEARNED_TABLES:
+                note += f"; learned table by {backend.partition('/')[2] or TABLE_MODES[0]}"
+            out.append(row("2 train step", n, f"small L={L} B={B} {backend}", tps, r, "step time ÷ nope's (flash)",
                            f"<= {TRAIN_TARGET}, <= sdpa+mask", "ok" if ok else "MISS", note))
         else:
             out.append(row("2 train step", n, f"small L={L} B={B} {backend}", tps, r, "step time ÷ nope's (flash)"))
@@ -274,10 +300,11 @@ def main() -> None:
         sys.exit("bench_gpu.py measures the CUDA path: no CUDA GPU is visible (the CPU benchmark is scripts/bench.py)")
     CTX = torch.autocast("cuda", dtype=torch.bfloat16)
     # Every model measured here is compiled in this one process: a graph each, past dynamo's default limit of 8
-    # recompiles of one function (beyond it dynamo would run the rest eagerly, and time the wrong thing).
+    # recompiles of one function (beyond it dynamo would run the rest eagerly, and time the wrong thing). 64 was hit
+    # by 16 models on 2026-11-27 (a graph break compiled each layer's Block.forward on its own): 1024.
     for knob in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, knob):
-            setattr(torch._dynamo.config, knob, 64)
+            setattr(torch._dynamo.config, knob, 1024)
     if args.child:
         n, backend, b, cand = args.child
         child(n, backend, int(b), int(cand))
@@ -288,7 +315,7 @@ def main() -> None:
     sections = {int(s) for s in args.sections.split(",")}
     name = torch.cuda.get_device_name()
     peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-    rows, chosen = search(args.workers) if 1 in sections else ([], {n: 0 for n in BIAS_SCHEMES})
+    rows, chosen = search(args.workers, sections) if 1 in sections else ([], {n: 0 for n in BIAS_SCHEMES})
     print(f"[1] flex options searched: {chosen}", flush=True)
     for number, section in ((2, lambda: train_section(chosen, args)), (3, lambda: eval_section(chosen, args)),
                             (4, lambda: mfu_section(args, peak))):

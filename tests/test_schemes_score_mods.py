@@ -142,6 +142,51 @@ def test_traced_by_torch_compile_the_distance_table_spans_the_forwards_positions
         torch.testing.assert_close(flex_eager(mod, scores)[..., keep], ref[..., keep], rtol=0, atol=1e-5)
 
 
+def test_lower_toeplitz_expands_a_distance_table_and_sums_the_diagonals_back():
+    """[h, i, j] = table[h, n − 1 − (i − j)] on and below the diagonal, 0 above; its backward is the gradient of that
+    gather (torch.autograd.gradcheck in float64 against finite differences)."""
+    from pe_bench.schemes.base import LowerToeplitz
+
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(3, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    m = LowerToeplitz.apply(table)
+    for i in range(7):
+        for j in range(7):
+            torch.testing.assert_close(m[:, i, j], table[:, 6 - (i - j)] if j <= i else torch.zeros(3, dtype=m.dtype))
+    assert torch.autograd.gradcheck(LowerToeplitz.apply, (table,))
+    w = torch.randn(3, 7, 7, generator=g, dtype=torch.float64)
+    (m * w).sum().backward()
+    want = torch.stack([sum(w[:, i, i - d] for i in range(d, 7)) for d in range(7)], -1).flip(-1)  # index 6 − d
+    torch.testing.assert_close(table.grad, want)
+
+
+@pytest.mark.parametrize("case", [("t5", None), ("kerple_log", None), ("kerple_power", None),
+                                  ("hybrid", {"parts": [{"name": "rope"}, {"name": "t5"}]})], ids=case_id)
+def test_a_learned_tables_score_mod_by_pair_and_by_distance_give_the_same_scores_and_gradients(case, monkeypatch):
+    """FLEX_LEARNED_TABLE "matrix" (the Toeplitz matrix, one entry per pair) and "distance" (the (H, n) table) are the
+    same function: equal scores and equal gradients of the scheme's parameters through FlexAttention's eager
+    reference of the score_mod."""
+    from pe_bench.schemes import base
+
+    positions = torch.arange(T)
+    q, k = qk()
+    w = torch.randn(B, H, T, T, generator=torch.Generator().manual_seed(2))
+    keep = causal(positions)
+    out, grads = {}, {}
+    for mode in ("matrix", "distance"):
+        scheme = build(*case)
+        monkeypatch.setattr(base, "FLEX_LEARNED_TABLE", mode)
+        scores = (q @ k.transpose(-1, -2)) * D**-0.5
+        out[mode] = torch.stack([flex_eager(scheme.score_mod(q, k, positions, layer), scores)[..., keep]
+                                 for layer in range(N_LAYERS)])
+        (out[mode] * w[..., keep]).sum().backward()
+        grads[mode] = [p.grad.clone() for p in scheme.parameters()]
+    torch.testing.assert_close(out["matrix"], out["distance"], rtol=0, atol=1e-5)
+    assert grads["matrix"] and all(g.abs().sum() > 0 for g in grads["matrix"])
+    for a, b in zip(grads["matrix"], grads["distance"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", [("nope", None), ("rope", None), ("sinusoidal", None), ("xpos", None),
                                   ("ssmax", None), ("conv", None), ("learned", None), ("layered", None),
                                   ("hybrid", {"parts": [{"name": "sinusoidal"}, {"name": "rope"}]})], ids=case_id)

@@ -8,7 +8,8 @@
 - ``flex``: FlexAttention with the scheme's ``score_mod`` and a causal block mask: no mask is materialised. On the CPU
   it has no backward (torch 2.13): evaluation only.
 
-``auto`` picks sdpa, or explicit for schemes with score terms (flex is opt-in until it has been measured on a GPU).
+``auto`` picks sdpa, explicit for schemes with score terms, and flex for a score bias evaluated on CUDA (measured
+faster there; training keeps sdpa: see ``choose_backend``).
 Attention never asks which scheme it runs: only what its hooks return.
 """
 
@@ -68,11 +69,21 @@ def backend_problem(backend: str, scheme, cpu_training: bool = False) -> str | N
     return None
 
 
-def choose_backend(backend: str, scheme, probe: bool) -> str:
-    """The backend a forward pass uses: the requested one, auto resolved; a probe needs the weights (explicit)."""
+def choose_backend(backend: str, scheme, probe: bool, positions: torch.Tensor | None = None,
+                   on_cuda: bool = False) -> str:
+    """The backend a forward pass uses: the requested one, auto resolved; a probe needs the weights (explicit).
+    ``auto``: explicit for score terms; flex on CUDA outside autograd (evaluation) for a score bias that flex
+    expresses — at 8L its forward took 0.33–0.44× the time of SDPA with the mask by blocks for every bias scheme
+    (H200, results/benchmarks/NVIDIA-H200-2026-11-27-gpu-session.md); sdpa otherwise (training: flex was not faster
+    for every bias scheme, and NoPE/RoPE-like schemes run flash). ``positions``: (T,), to ask the scheme for a bias."""
     if probe or backend == "explicit" or (backend == "auto" and scheme.has_score_terms()):
         return "explicit"
-    return "sdpa" if backend == "auto" else backend
+    if backend != "auto":
+        return backend
+    if (on_cuda and positions is not None and not torch.is_grad_enabled() and scheme.flex_problem() is None
+            and scheme.score_bias(positions[:1], positions[:1], 0) is not None):
+        return "flex"
+    return "sdpa"
 
 
 def causal_bias_mask(bias: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:

@@ -191,7 +191,8 @@ class Decoder(nn.Module):
         if self.digit_positions is not None:
             x = x + self.digit_positions(idx)
         x = self.drop(self.scheme.embed(x, positions))
-        backend = attention.choose_backend(self.args.backend, self.scheme, probe is not None)
+        backend = attention.choose_backend(self.args.backend, self.scheme, probe is not None, positions,
+                                           idx.is_cuda)
         if backend == "flex" and not default_positions and torch.compiler.is_compiling():
             raise ValueError("FlexAttention under torch.compile takes the forward's own positions 0..T-1 only")
         mask = None

@@ -203,6 +203,13 @@ class Scheme(nn.Module):
             n = positions.shape[0] if compiling else int(positions[-1] - positions[0]) + 1
             table = self.score_bias(positions.new_tensor([n - 1]), torch.arange(n, device=positions.device),
                                     layer)[:, 0].float()  # (H, n): the bias at distance n − 1 − j
+            if table.requires_grad and FLEX_LEARNED_TABLE == "matrix" and n == positions.shape[0]:
+                matrix = LowerToeplitz.apply(table)  # (H, T, T); positions are 0..T−1 plus a constant
+
+                def by_pair(score, b, h, q_idx, kv_idx):
+                    return score + matrix[h, q_idx, kv_idx]
+
+                return by_pair
 
             def mod(score, b, h, q_idx, kv_idx):
                 distance = q_idx - kv_idx if compiling else positions[q_idx] - positions[kv_idx]
@@ -226,6 +233,36 @@ class Scheme(nn.Module):
         """Name plus the options that differ from the defaults, e.g. ``learned[beyond_table=clamp]``: the row
         name in every table, so a number always says which variant produced it."""
         return options_label(self.name, self.options)
+
+
+# How FlexAttention takes a learned per-distance bias (T5, KERPLE) when it needs the bias's gradient. "distance":
+# the kernel gathers the (H, n) table, and its backward adds every score's gradient into one of n addresses per head
+# by atomic adds from every tile (the addresses of one diagonal collide within a tile). "matrix": the table is first
+# expanded to its lower-triangular Toeplitz matrix (H, T, T), one address per (query, key) pair, and the table's
+# gradient is the sum of each diagonal of the matrix's (LowerToeplitz.backward): no colliding atomics.
+FLEX_LEARNED_TABLE = "matrix"
+
+
+class LowerToeplitz(torch.autograd.Function):
+    """table: (H, n), the value at distance n − 1 − j -> (H, n, n) with [h, i, j] = table[h, n − 1 − (i − j)] for
+    j <= i and 0 above the diagonal. Backward: the table's gradient is the sum of each diagonal of the lower
+    triangle, by the skew of a row-padded copy (no scatter)."""
+
+    @staticmethod
+    def forward(ctx, table: torch.Tensor) -> torch.Tensor:
+        n = table.shape[-1]
+        i = torch.arange(n, device=table.device)
+        distance = i[:, None] - i[None, :]  # (n, n)
+        return table[:, (n - 1 - distance).clamp(0, n - 1)].masked_fill(distance < 0, 0.0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        h, n, _ = grad.shape
+        # Row i placed at columns n..2n−1 of a 2n-wide row, then read with a row stride of 2n + 1: entry (i, j) lands
+        # at column n − (i − j), so column c holds distance n − c (1 <= c <= n; the upper triangle lands past n).
+        flat = nn.functional.pad(grad, (n, 0)).reshape(h, 2 * n * n)
+        skewed = nn.functional.pad(flat, (0, n)).reshape(h, n, 2 * n + 1)
+        return skewed[:, :, 1:n + 1].sum(1)  # table index c − 1 = n − 1 − distance
 
 
 class RowBias:
@@ -277,6 +314,16 @@ def log_n(positions: torch.Tensor) -> torch.Tensor:
 def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """i − j for every (query, key) pair, clamped at 0 for the future keys the causal mask removes: (Tq, Tk)."""
     return (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+
+
+def distance_span(distance: torch.Tensor, shape: ModelShape) -> int:
+    """How many distances 0..n−1 a per-distance table needs for ``distance`` (Tq, Tk): its largest + 1, read from the
+    tensor. Traced by torch.compile, where reading it would break the graph at every layer, the bound the positions
+    there have: the forward's own 0..T−1, or the training's (below shape.position_range); an index past it fails
+    loudly (inductor's bounds assertions), never silently."""
+    if torch.compiler.is_compiling():
+        return max(distance.shape[-1], shape.position_range)
+    return int(distance.max()) + 1
 
 
 def options_label(name: str, options: Any, skip: tuple[str, ...] = ()) -> str:

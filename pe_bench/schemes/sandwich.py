@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import Scheme, causal_distance
+from pe_bench.schemes.base import Scheme, causal_distance, distance_span
 
 
 @dataclass
@@ -28,11 +28,12 @@ class SandwichOptions:
 
 
 def sandwich_bias(distance: torch.Tensor, dim: int, n_heads: int, base: float = 10000.0,
-                  compression: float = 8.0) -> torch.Tensor:
-    """distance: (Tq, Tk) of i − j >= 0 -> (H, Tq, Tk). Computed once per distinct distance, then gathered."""
+                  compression: float = 8.0, span: int | None = None) -> torch.Tensor:
+    """distance: (Tq, Tk) of i − j >= 0 -> (H, Tq, Tk). Computed once per distance 0..span−1 (default: up to the
+    largest in ``distance``), then gathered."""
     k = torch.arange(1, dim // 2 + 1, dtype=torch.float64, device=distance.device)
     inv = base ** (-2 * k / dim)
-    d = torch.arange(int(distance.max()) + 1, dtype=torch.float64, device=distance.device)
+    d = torch.arange(span or int(distance.max()) + 1, dtype=torch.float64, device=distance.device)
     per_distance = torch.cos(d[:, None] * inv).sum(-1) - dim / 2  # (n,), <= 0
     heads = torch.arange(1, n_heads + 1, dtype=torch.float64, device=distance.device)
     table = (per_distance[None] / (compression * heads / n_heads)[:, None]).float()  # (H, n)
@@ -51,4 +52,5 @@ class Sandwich(Scheme):
     def score_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, layer: int = 0) -> torch.Tensor:
         o = self.options
         distance = causal_distance(q_pos, k_pos)
-        return sandwich_bias(distance, o.dim or self.shape.d_model, self.shape.n_heads, o.base, o.compression)
+        return sandwich_bias(distance, o.dim or self.shape.d_model, self.shape.n_heads, o.base, o.compression,
+                             distance_span(distance, self.shape))

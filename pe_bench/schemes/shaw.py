@@ -46,7 +46,10 @@ class Shaw(Scheme):
 
     def _far(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> int:
         """How many leading keys are at distance ≥ k from every query (all in the last, shared row): a block of
-        query rows against its causal prefix has most of its keys there."""
+        query rows against its causal prefix has most of its keys there. None under torch.compile (counting them
+        would break the graph at every layer; clipping gives those keys the same row)."""
+        if torch.compiler.is_compiling():
+            return 0
         edge = q_pos.min() - self.options.max_distance
         far = int((k_pos <= edge).sum())
         return far if far and bool((k_pos[:far] <= edge).all()) else 0

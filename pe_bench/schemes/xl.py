@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import ModelShape, Scheme, causal_distance, lean_inference, same_values, values_of
+from pe_bench.schemes.base import (ModelShape, Scheme, causal_distance, distance_span, lean_inference, same_values,
+                                   values_of)
 from pe_bench.schemes.sinusoidal import sinusoid_table
 
 
@@ -76,7 +77,7 @@ class TransformerXL(Scheme):
                     layer: int) -> torch.Tensor:
         B, H, Tq, D = q.shape
         distance = causal_distance(q_pos, k_pos)  # (Tq, Tk)
-        content_bias, by_distance = self._relative(q, k, int(distance.max()) + 1, layer)
+        content_bias, by_distance = self._relative(q, k, distance_span(distance, self.shape), layer)
         position_terms = by_distance.gather(-1, distance.expand(B, H, Tq, k_pos.shape[0]))  # (q_i + v)·W_R R_{i−j}
         return (content_bias[:, :, None, :] + position_terms) * D**-0.5
 
