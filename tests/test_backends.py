@@ -184,11 +184,10 @@ def test_a_run_reevaluated_on_every_backend_gives_the_same_perplexity(smoke_args
 
 
 def test_auto_evaluates_a_score_bias_with_flex_on_cuda_and_trains_with_sdpa():
-    """auto: flex for a bias flex expresses, on CUDA, outside autograd (the evaluator); sdpa in training, on the CPU
-    and for schemes without a bias; explicit for score terms; a scheme flex cannot express keeps sdpa."""
-    positions = torch.arange(8)
-
-    def chosen(name: str, on_cuda: bool, grad: bool) -> str:
+    """auto: flex for a bias flex expresses, on CUDA, outside autograd, at the forward's own positions (the
+    evaluator); sdpa in training, on the CPU, with positions given and for schemes without a bias; explicit for score
+    terms; a scheme flex cannot express keeps sdpa."""
+    def chosen(name: str, on_cuda: bool, grad: bool, positions: torch.Tensor | None = None) -> str:
         cfg = compose([f"scheme={name}"])
         spec = scheme_spec(cfg.scheme)
         scheme = spec.cls(spec.options, ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=8, n_layers=2))
@@ -199,6 +198,8 @@ def test_auto_evaluates_a_score_bias_with_flex_on_cuda_and_trains_with_sdpa():
         assert chosen(name, on_cuda=True, grad=False) == "flex"
         assert chosen(name, on_cuda=True, grad=True) == "sdpa"
         assert chosen(name, on_cuda=False, grad=False) == "sdpa"
+        # positions given (randomized, PoSE): a flex kernel would compile for every batch's positions
+        assert chosen(name, on_cuda=True, grad=False, positions=torch.arange(8) * 3) == "sdpa"
     for name in ("nope", "rope", "sinusoidal"):  # no bias: flash SDPA
         assert chosen(name, on_cuda=True, grad=False) == "sdpa"
     assert chosen("fire", on_cuda=True, grad=False) == "sdpa"  # refused on flex

@@ -125,7 +125,7 @@ def test_score_mod_gives_the_explicit_paths_scores_at_every_causal_pair(case, wh
         assert not torch.allclose(seen[0], seen[1], atol=1e-3)
 
 
-@pytest.mark.parametrize("name", ["alibi", "t5", "kerple_log", "sandwich"])
+@pytest.mark.parametrize("name", ["alibi", "t5", "kerple_log", "sandwich", "xl"])
 def test_traced_by_torch_compile_the_distance_table_spans_the_forwards_positions(name, monkeypatch):
     """Under torch.compile (positions 0..T−1, no .item()) the per-distance table has T entries and the score_mod
     still gives the explicit scores."""
@@ -173,6 +173,9 @@ def test_a_learned_tables_score_mod_by_pair_and_by_distance_give_the_same_scores
     w = torch.randn(B, H, T, T, generator=torch.Generator().manual_seed(2))
     keep = causal(positions)
     out, grads = {}, {}
+    expanded = []
+    monkeypatch.setattr(base.LowerToeplitz, "apply", lambda t, apply=base.LowerToeplitz.apply: expanded.append(
+        t.shape) or apply(t))
     for mode in ("matrix", "distance"):
         scheme = build(*case)
         monkeypatch.setattr(base, "FLEX_LEARNED_TABLE", mode)
@@ -181,6 +184,7 @@ def test_a_learned_tables_score_mod_by_pair_and_by_distance_give_the_same_scores
                                  for layer in range(N_LAYERS)])
         (out[mode] * w[..., keep]).sum().backward()
         grads[mode] = [p.grad.clone() for p in scheme.parameters()]
+    assert expanded == [(H, T)] * N_LAYERS  # the matrix mode took its branch (once per layer), the other did not
     torch.testing.assert_close(out["matrix"], out["distance"], rtol=0, atol=1e-5)
     assert grads["matrix"] and all(g.abs().sum() > 0 for g in grads["matrix"])
     for a, b in zip(grads["matrix"], grads["distance"]):

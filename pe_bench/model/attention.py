@@ -16,6 +16,7 @@ Attention never asks which scheme it runs: only what its hooks return.
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -72,17 +73,20 @@ def backend_problem(backend: str, scheme, cpu_training: bool = False) -> str | N
 def choose_backend(backend: str, scheme, probe: bool, positions: torch.Tensor | None = None,
                    on_cuda: bool = False) -> str:
     """The backend a forward pass uses: the requested one, auto resolved; a probe needs the weights (explicit).
-    ``auto``: explicit for score terms; flex on CUDA outside autograd (evaluation) for a score bias that flex
-    expresses — at 8L its forward took 0.33–0.44× the time of SDPA with the mask by blocks for every bias scheme
-    (H200, results/benchmarks/NVIDIA-H200-2026-11-27-gpu-session.md); sdpa otherwise (training: flex was not faster
-    for every bias scheme, and NoPE/RoPE-like schemes run flash). ``positions``: (T,), to ask the scheme for a bias."""
+    ``auto``: explicit for score terms; flex on CUDA outside autograd (evaluation) at the forward's own positions
+    (``positions`` None: 0..T−1) for a score bias that flex expresses — at 8L its forward took 0.33–0.44× the time
+    of SDPA with the mask by blocks for every bias scheme (H200, results/benchmarks/NVIDIA-H200-2026-11-27-gpu-
+    session.md); sdpa otherwise (training: flex was not faster for every bias scheme; NoPE/RoPE-like schemes run
+    flash; randomized positions would compile a flex kernel per batch)."""
     if probe or backend == "explicit" or (backend == "auto" and scheme.has_score_terms()):
         return "explicit"
     if backend != "auto":
         return backend
-    if (on_cuda and positions is not None and not torch.is_grad_enabled() and scheme.flex_problem() is None
-            and scheme.score_bias(positions[:1], positions[:1], 0) is not None):
-        return "flex"
+    if on_cuda and positions is None and not torch.is_grad_enabled() and scheme.flex_problem() is None:
+        held = next(itertools.chain(scheme.parameters(), scheme.buffers()), None)  # ask on the scheme's device
+        zero = torch.zeros(1, dtype=torch.long, device=held.device if held is not None else "cpu")
+        if scheme.score_bias(zero, zero, 0) is not None:
+            return "flex"
     return "sdpa"
 
 

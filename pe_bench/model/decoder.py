@@ -184,6 +184,7 @@ class Decoder(nn.Module):
         """idx: (B, T) token ids; positions: (T,) defaults to 0..T-1. -> logits (B, T, V). ``probe(layer, probs)``
         sees every layer's attention weights (B, H, T, T) (pe_bench.evaluate.attention_stats)."""
         T = idx.shape[1]
+        backend = attention.choose_backend(self.args.backend, self.scheme, probe is not None, positions, idx.is_cuda)
         default_positions = positions is None
         if positions is None:
             positions = torch.arange(T, device=idx.device)
@@ -191,8 +192,6 @@ class Decoder(nn.Module):
         if self.digit_positions is not None:
             x = x + self.digit_positions(idx)
         x = self.drop(self.scheme.embed(x, positions))
-        backend = attention.choose_backend(self.args.backend, self.scheme, probe is not None, positions,
-                                           idx.is_cuda)
         if backend == "flex" and not default_positions and torch.compiler.is_compiling():
             raise ValueError("FlexAttention under torch.compile takes the forward's own positions 0..T-1 only")
         mask = None
