@@ -196,11 +196,10 @@ class Scheme(nn.Module):
         if self.score_bias(positions[:1], positions[:1], layer) is None:
             return None
         if self.bias_by_distance():
-            # distances 0..n−1 (positions increase); traced by torch.compile, positions are the forward's own
-            # 0..T−1 (Decoder refuses others there): no .item(), which would break the graph at every layer, and the
-            # distance is the indices' own (no position reads in the kernel)
+            # distances 0..n−1; traced by torch.compile the distance is the indices' own (no position reads in the
+            # kernel)
             compiling = torch.compiler.is_compiling()
-            n = positions.shape[0] if compiling else int(positions[-1] - positions[0]) + 1
+            n = position_span(positions)
             table = self.score_bias(positions.new_tensor([n - 1]), torch.arange(n, device=positions.device),
                                     layer)[:, 0].float()  # (H, n): the bias at distance n − 1 − j
             if table.requires_grad and FLEX_LEARNED_TABLE == "matrix" and n == positions.shape[0]:
@@ -314,6 +313,15 @@ def log_n(positions: torch.Tensor) -> torch.Tensor:
 def causal_distance(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """i − j for every (query, key) pair, clamped at 0 for the future keys the causal mask removes: (Tq, Tk)."""
     return (q_pos[:, None] - k_pos[None, :]).clamp(min=0)
+
+
+def position_span(positions: torch.Tensor) -> int:
+    """How many distances 0..n−1 increasing positions (T,) span (flex's per-distance tables): last − first + 1.
+    Traced by torch.compile, T: positions there are the forward's own 0..T−1 (Decoder refuses others with flex), and
+    reading them would break the graph at every layer."""
+    if torch.compiler.is_compiling():
+        return positions.shape[0]
+    return int(positions[-1] - positions[0]) + 1 if positions.numel() else 1
 
 
 def distance_span(distance: torch.Tensor, shape: ModelShape) -> int:

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from pe_bench.ranges import ranged
-from pe_bench.schemes.base import (ModelShape, Scheme, causal_distance, distance_span, lean_inference, same_values,
-                                   values_of)
+from pe_bench.schemes.base import (ModelShape, Scheme, causal_distance, distance_span, lean_inference, position_span,
+                                   same_values, values_of)
 from pe_bench.schemes.sinusoidal import sinusoid_table
 
 
@@ -83,12 +83,7 @@ class TransformerXL(Scheme):
 
     def score_mod(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, layer: int):
         """score + (u·k_j + (q_i + v)·W_R R_{i−j}) / √d from the captured (B, H, T) and (B, H, T, n) products."""
-        # traced by torch.compile the positions are the forward's own 0..T−1 (Decoder refuses others there): no
-        # .item(), which would break the graph at every layer
-        if torch.compiler.is_compiling():
-            n = positions.shape[0]
-        else:
-            n = int(positions[-1] - positions[0]) + 1 if positions.numel() else 1
+        n = position_span(positions)
         content_bias, by_distance = self._relative(q, k, n, layer)
         content_bias, by_distance = content_bias.float(), by_distance.float()
         scale = q.shape[-1] ** -0.5
