@@ -122,6 +122,9 @@ def test_training_sizes_are_drawn_up_to_L_and_the_curriculum_grows_them():
     early = cur.train_batch(np.random.default_rng(0), 256, 65, progress=0.1).mask.sum(1)
     late = cur.train_batch(np.random.default_rng(0), 256, 65, progress=0.5).mask.sum(1)
     assert early.max() <= 1 + round(0.2 * 31) and late.max() == 32
+    recall = task("assoc_recall", n_keys=128, train_lengths="curriculum")  # starts with every pair asked
+    first = recall.train_batch(np.random.default_rng(0), 64, 33, progress=0.0).mask.sum(1)
+    assert (first == 4).all()  # 4 pairs, 4 queries: 4 scored values each
 
 
 def _questions(name: str, b) -> set[bytes]:
@@ -195,6 +198,9 @@ def test_a_task_brings_its_recipe_unless_one_is_chosen():
     assert (compose(["task=reverse"], scheme=False).train.steps, compose(["task=flipflop"], scheme=False).train.lr) == (
         5000, 1e-3)  # the recipes tuned per task (results/tasks/TUNING.md)
     assert compose(["task=copy", "train=quick"], scheme=False).train.name == "quick"
+    for name in ("assoc_recall", "addition"):  # NoPE and T5 learn them at L only with a curriculum and 10000 steps
+        cfg = compose([f"task={name}"], scheme=False)
+        assert (cfg.train.name, cfg.train.steps, cfg.task.train_lengths) == ("task_xlong", 10000, "curriculum")
     assert compose(["task=copy", "train.steps=10"], scheme=False).train.steps == 10
     assert compose([], scheme=False).train.name == "quick"
 

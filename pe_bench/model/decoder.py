@@ -33,6 +33,7 @@ class ModelArgs:
     backend: str = "auto"  # attention.backend: auto | sdpa | flex | explicit (pe_bench.model.attention)
     digit_tokens: tuple[int, ...] = ()  # Abacus digit positions for these tokens (pe_bench.model.digits); () none
     digit_offset: int = 0  # their largest training offset
+    digit_zero_share: float = 0.0  # the share of training batches at offset 0
 
 
 def random_positions(max_position: int, length: int, generator: torch.Generator) -> torch.Tensor:
@@ -143,7 +144,8 @@ class Decoder(nn.Module):
         self.args = args
         self.scheme = scheme
         self.tok_emb = nn.Embedding(args.vocab_size, args.d_model)
-        self.digit_positions = (DigitPositions(args.digit_tokens, args.d_model, args.digit_offset)
+        self.digit_positions = (DigitPositions(args.digit_tokens, args.d_model, args.digit_offset,
+                                               args.digit_zero_share)
                                 if args.digit_tokens else None)
         self.drop = nn.Dropout(args.dropout)
         self.blocks = nn.ModuleList(Block(args) for _ in range(args.n_layers))

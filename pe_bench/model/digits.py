@@ -3,7 +3,9 @@ digit token gets a learned embedding of its index within its number — its run 
 first digit (the least significant one when numbers are written reversed) — added to the token embedding; other
 tokens get index 0. In training every index of a batch is shifted by one offset k drawn uniformly from
 [0, max_offset], so the embeddings of the indices that longer numbers reach at evaluation (where k = 0) are trained
-too: with numbers of up to n digits in training, numbers of up to n + max_offset digits at evaluation. The model's
+too: with numbers of up to n digits in training, numbers of up to n + max_offset digits at evaluation. Index j is
+then trained only by the batches with k < j — index 1, every number's first digit at evaluation, by 1 in
+max_offset + 1 — so ``zero_share`` (not in the paper) sets a share of batches to k = 0 and draws the rest as above. The model's
 positional scheme is unchanged; this adds positions that count digits, whatever the scheme."""
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ TABLE = 1024  # indices 0..1023 (the official code's max_seq_length): a longer n
 
 
 class DigitPositions(nn.Module):
-    def __init__(self, digit_tokens: tuple[int, ...], d_model: int, max_offset: int) -> None:
+    def __init__(self, digit_tokens: tuple[int, ...], d_model: int, max_offset: int, zero_share: float = 0.0) -> None:
         super().__init__()
         self.embedding = nn.Embedding(TABLE, d_model)
         self.register_buffer("digits", torch.tensor(digit_tokens, dtype=torch.long), persistent=False)
         self.max_offset = max_offset
+        self.zero_share = zero_share
 
     def indices(self, idx: torch.Tensor) -> torch.Tensor:
         """idx: (B, T) token ids → (B, T) int64: 1, 2, … along each run of digit tokens, 0 elsewhere."""
@@ -37,6 +40,8 @@ class DigitPositions(nn.Module):
         function of the batch (which is one of (seed, step)) and a resumed run draws the same."""
         seed = zlib.crc32(idx.detach().cpu().numpy().tobytes())
         g = torch.Generator().manual_seed(seed)
+        if self.zero_share and float(torch.rand((), generator=g)) < self.zero_share:
+            return 0
         return int(torch.randint(0, self.max_offset + 1, (1,), generator=g))
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:

@@ -103,9 +103,9 @@ class Task:
         return keys
 
     @classmethod
-    def digit_positions(cls, options: TaskOptions) -> tuple[tuple[int, ...], int] | None:
-        """(the digit tokens, the largest training offset) when the model adds Abacus digit positions for these
-        options (pe_bench.model.digits), else None."""
+    def digit_positions(cls, options: TaskOptions) -> tuple[tuple[int, ...], int, float] | None:
+        """(the digit tokens, the largest training offset, the share of training batches at offset 0) when the model
+        adds Abacus digit positions for these options (pe_bench.model.digits), else None."""
         return None
 
     @classmethod
