@@ -36,8 +36,9 @@ class DigitPositions(nn.Module):
         return torch.where(is_digit, pos - last_other, 0)
 
     def offset(self, idx: torch.Tensor) -> int:
-        """The training offset k of this batch: drawn from a generator seeded by the batch's tokens, so it is a pure
-        function of the batch (which is one of (seed, step)) and a resumed run draws the same."""
+        """The training offset k of this batch: 0 with probability zero_share, else uniform in [0, max_offset]; drawn
+        from a generator seeded by the batch's tokens, so it is a pure function of the batch (which is one of
+        (seed, step)) and a resumed run draws the same."""
         seed = zlib.crc32(idx.detach().cpu().numpy().tobytes())
         g = torch.Generator().manual_seed(seed)
         if self.zero_share and float(torch.rand((), generator=g)) < self.zero_share:
