@@ -24,9 +24,8 @@ def build_model(cfg: Config, vocab_size: int, spec: SchemeSpec | None = None) ->
         raise ConfigError(problem)
     if problem:  # an eval-time variant the requested backend cannot run (ReRoPE on flex): auto, the same numbers
         backend = "auto"
-    digits = get_task(cfg.task.name).digit_positions(options_of(cfg.task))
+    digits, offset, zero_share = get_task(cfg.task.name).digit_positions(options_of(cfg.task)) or ((), 0, 0.0)
     args = ModelArgs(vocab_size=vocab_size, n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads,
                      mlp_ratio=m.mlp_ratio, dropout=m.dropout, qk_norm=m.qk_norm, init=m.init, backend=backend,
-                     digit_tokens=digits[0] if digits else (), digit_offset=digits[1] if digits else 0,
-                     digit_zero_share=digits[2] if digits else 0.0)
+                     digit_tokens=digits, digit_offset=offset, digit_zero_share=zero_share)
     return Decoder(args, scheme)

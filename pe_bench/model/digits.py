@@ -5,8 +5,8 @@ tokens get index 0. In training every index of a batch is shifted by one offset 
 [0, max_offset], so the embeddings of the indices that longer numbers reach at evaluation (where k = 0) are trained
 too: with numbers of up to n digits in training, numbers of up to n + max_offset digits at evaluation. Index j is
 then trained only by the batches with k < j — index 1, every number's first digit at evaluation, by 1 in
-max_offset + 1 — so ``zero_share`` (not in the paper) sets a share of batches to k = 0 and draws the rest as above. The model's
-positional scheme is unchanged; this adds positions that count digits, whatever the scheme."""
+max_offset + 1 — so ``zero_share`` (not in the paper) sets a share of batches to k = 0 and draws the rest as above.
+The model's positional scheme is unchanged; this adds positions that count digits, whatever the scheme."""
 
 from __future__ import annotations
 

@@ -37,8 +37,9 @@ class Addition(SyntheticTask):
 
     @classmethod
     def options_problem(cls, options: AdditionOptions) -> str | None:  # type: ignore[override]
+        defaults = AdditionOptions()
         for key in ("abacus_max_offset", "abacus_zero_share"):
-            if getattr(options, key) != getattr(AdditionOptions(), key) and not options.abacus:
+            if getattr(options, key) != getattr(defaults, key) and not options.abacus:
                 return f"task.{key} is read with task.abacus=true only; set task.abacus=true or remove it"
         if options.abacus and not options.reverse_digits:
             return ("task.abacus=true counts digits from each number's first token, which must be its least "
