@@ -18,8 +18,9 @@ from pe_bench.device import resolve_device, use_bf16, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY, evaluate_accuracy
 from pe_bench.evaluate.accuracy import summary as accuracy_summary
-from pe_bench.evaluate.perplexity import (EVAL_COLUMNS, EVAL_KEY, POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS,
-                                         WINDOW_KEY, check_feasible, evaluate, scored_span)
+from pe_bench.evaluate.perplexity import (CONTEXT_COLUMNS, CONTEXT_KEY, EVAL_COLUMNS, EVAL_KEY, KEY_DEFAULTS,
+                                         POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY, Evaluation,
+                                         check_feasible, evaluate, passes)
 from pe_bench.model.decoder import Decoder
 from pe_bench.progress import duration, run_summary, say
 from pe_bench.runs import (Run, RunBusy, RunFileError, check_checkpoint, digest, file_sha256, identity, read_csv,
@@ -234,22 +235,19 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     tokens = corpus.splits[cfg.eval.split]
     # Rows already there, by every key but the span: a row counts if it scored this evaluation's span (or none: n/a)
     have = {(_key(r, EVAL_KEY[:-1]), r.get("tokens_scored")) for r in read_csv(run.eval_csv)} if only_missing else set()
-    rows: list[dict] = []
-    pos_rows: list[dict] = []
-    win_rows: list[dict] = []
+    done = Evaluation()
 
     def recorded(label: str) -> bool:  # every row of this variant is there ("0": an n/a length is there too)
         return only_missing and all((k, n) in have or (k, "0") in have
                                     for k, n in _expected_keys(cfg, label, cfg.train.steps, device, len(tokens)))
 
     for m, step in _variant_models(run, cfg, corpus, device, specs, model, trained, recorded):
-        r, p, w = evaluate(m, cfg, tokens, corpus.token_bytes, device, step, run.path.name, progress)
-        rows += r
-        pos_rows += p
-        win_rows += w
+        done += evaluate(m, cfg, tokens, corpus.token_bytes, device, step, run.path.name, progress)
+    rows = done.rows
     if rows:
-        _merge(run.path / WINDOWS_CSV, win_rows, WINDOW_COLUMNS, WINDOW_KEY)
-        _merge(run.positions_csv, pos_rows, POSITION_COLUMNS, POSITION_KEY)
+        _merge(run.path / WINDOWS_CSV, done.windows, WINDOW_COLUMNS, WINDOW_KEY)
+        _merge(run.positions_csv, done.positions, POSITION_COLUMNS, POSITION_KEY)
+        _merge(run.context_csv, done.context, CONTEXT_COLUMNS, CONTEXT_KEY)
         _merge(run.eval_csv, rows, EVAL_COLUMNS, EVAL_KEY)
         run.update_meta(eval_csv_sha256=file_sha256(run.eval_csv),  # the report refuses an altered eval.csv
                         eval_attention_backend=cfg.attention.backend)
@@ -298,25 +296,21 @@ def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.devic
 def _expected_keys(cfg: Config, label: str, step: int, device: torch.device,
                    n_tokens: int) -> set[tuple[tuple[str, ...], str]]:
     """(row key without the span, the span as written) for every row this evaluation would write."""
-    ecfg, L = cfg.eval, reference_length(cfg)
     precision = "bf16" if use_bf16(cfg.train, device) else "fp32"
-    longest = max(run_lengths(cfg))
-    spans = {"nonoverlapping": scored_span(n_tokens, ecfg.max_tokens, longest),
-             "sliding": scored_span(n_tokens, ecfg.sliding_max_tokens, longest)}
     out = set()
     for n in run_lengths(cfg):
-        for mode, stride, S, budget in (("nonoverlapping", n, "", ecfg.max_tokens),
-                                        ("sliding", min(ecfg.stride or L, n), ecfg.stride or L,
-                                         ecfg.sliding_max_tokens)):
-            if mode in ecfg.modes:
-                key = _key({"scheme": label, "split": ecfg.split, "L_eval": n, "mode": mode, "stride": stride,
-                            "S": S, "budget": budget, "step": step, "precision": precision}, EVAL_KEY[:-1])
-                out.add((key, str(spans[mode])))
+        for p in passes(cfg, n, n_tokens):
+            if p.mode in cfg.eval.modes:
+                key = _key({"scheme": label, "split": cfg.eval.split, "L_eval": n, "mode": p.mode,
+                            "stride": p.advance, "S": p.S, "budget": p.budget, "step": step,
+                            "precision": precision, "warmup": p.start}, EVAL_KEY[:-1])
+                out.add((key, str(p.span)))
     return out
 
 
 def _key(r: dict, key: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(str(r.get(c)) for c in key)
+    """A row's key; a column an older file lacks takes its value of then (KEY_DEFAULTS)."""
+    return tuple(str(KEY_DEFAULTS[c] if c in KEY_DEFAULTS and r.get(c) in (None, "") else r.get(c)) for c in key)
 
 
 def _merge(path, new: list[dict], columns: list[str], key: tuple[str, ...]) -> None:

@@ -4,6 +4,7 @@ results/runs/<scheme>-<model>-<data>-L<L>-s<seed>-<hash>/
     config.yaml   the resolved config          train.csv      step, loss, lr, tokens/s, val_loss
     meta.json     versions, device, status     eval.csv       one row per length × mode × scheme variant
     checkpoint.pt model, optimizer, step, cfg  positions.csv  per-position loss curves
+                                               context.csv    loss past L against [L/2, L) (context use)
                                                accuracy.csv   a task run's accuracy rows (instead of eval.csv)
 A task run (task != lm) is named <task>-<scheme>-<model>-L<L>-s<seed>-<hash>; a fine-tune
 <parent's name without its hash>-ft<steps>-L<L>[-pose<target>]-<hash>.
@@ -281,6 +282,7 @@ class Run:
         self.train_csv = self.path / "train.csv"
         self.eval_csv = self.path / "eval.csv"
         self.positions_csv = self.path / "positions.csv"
+        self.context_csv = self.path / "context.csv"
         self.accuracy_csv = self.path / "accuracy.csv"
         self.checkpoint = self.path / CHECKPOINT
 

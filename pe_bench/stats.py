@@ -4,9 +4,11 @@ paired comparisons.
 The evaluator scores a token stream in windows; window w has ``nll[w]`` (summed negative log-likelihood, nats) and
 ``tokens[w]`` (tokens scored), and a run's perplexity is exp(Σnll / Σtokens).
 
-- Several seeds (independent runs): a Student-t interval over the per-seed perplexities.
-- One seed: a percentile bootstrap over windows (resampled with replacement), which captures the variability of the
-  evaluation data but not of training.
+- Several seeds (independent runs): a Student-t interval over the per-seed mean log-losses, exponentiated (a
+  perplexity is exp of a mean, and its bounds stay positive).
+- One seed: a percentile moving-block bootstrap over windows (Künsch 1989: runs of ⌈n^{1/3}⌉ consecutive windows,
+  circularly, resampled with replacement — neighbouring windows of one text are not independent), which captures
+  the variability of the evaluation data but not of training.
 - Two schemes A and B evaluated on the same windows: a paired interval of ppl_A − ppl_B, over the seeds both have
   (t) or, with one common seed, a bootstrap that resamples the same windows for both. Pairing cancels the shared
   window difficulty, so it is much tighter than two separate intervals.
@@ -14,6 +16,8 @@ The evaluator scores a token stream in windows; window w has ``nll[w]`` (summed 
   t interval over the per-seed accuracies. Two schemes on the same held-out examples: the paired difference, over
   the common seeds (t) or, with one, over the examples (McNemar's exact test on the discordant examples, with a
   paired bootstrap interval of the difference).
+- Marking every row "not distinguishable from the best": Holm's step-down correction over the row's comparisons with
+  the best (:func:`holm_rejected`), so that the family of tests, not each test, is at 5 %.
 
 Pure numpy (no scipy).
 """
@@ -27,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 T_METHOD = "t over seeds"
-BOOTSTRAP_METHOD = "bootstrap over windows"
+LOG_T_METHOD = "t over seeds, log scale"
+BOOTSTRAP_METHOD = "block bootstrap over windows"
 MAX_DRAWS = 1 << 22  # window indices drawn per bootstrap chunk (32 MiB of int64)
 
 # Student-t 0.975 quantiles for df = 1..30 (two-sided 95%).
@@ -53,6 +58,7 @@ class Paired:
     diff: float  # mean over paired seeds of ppl_A − ppl_B
     ratio: float  # mean over paired seeds of ppl_A / ppl_B
     interval: Interval  # of diff
+    p_value: float = 1.0  # two-sided, of diff = 0 (from the same t statistic or bootstrap distribution)
 
     @property
     def excludes_zero(self) -> bool:
@@ -157,6 +163,30 @@ def seed_interval(values: Sequence[float], level: float = 0.95) -> Interval:
     return Interval(mean - half, mean + half, T_METHOD, len(v))
 
 
+def log_seed_interval(ppls: Sequence[float], level: float = 0.95) -> Interval:
+    """exp of the t interval over the per-seed log perplexities (mean log-losses): never a negative bound."""
+    v = np.asarray(ppls, dtype=np.float64).ravel()
+    if (v <= 0).any():
+        raise ValueError(f"perplexities must be positive, got {v.tolist()}")
+    iv = seed_interval(np.log(v), level)
+    return Interval(math.exp(iv.lo), math.exp(iv.hi), LOG_T_METHOD, iv.n)
+
+
+def block_length(n: int) -> int:
+    """Windows per moving block: ⌈n^{1/3}⌉ (the order that minimises the bootstrap's variance error, Hall, Horowitz
+    & Jing 1995)."""
+    return max(1, math.ceil(n ** (1 / 3) - 1e-9))
+
+
+def block_indices(n: int, rows: int, rng: np.random.Generator, block: int | None = None) -> np.ndarray:
+    """(rows, n) resampled window indices: ⌈n / b⌉ runs of b consecutive windows each (b = ``block``, default
+    block_length(n); b = 1 is the ordinary bootstrap), each starting anywhere (circularly), cut to n."""
+    b = block or block_length(n)
+    k = -(-n // b)
+    starts = rng.integers(0, n, size=(rows, k, 1))
+    return ((starts + np.arange(b)) % n).reshape(rows, k * b)[:, :n]
+
+
 def ppl(nll: np.ndarray, tokens: np.ndarray) -> float:
     """exp(Σnll / Σtokens)."""
     nll, tokens = _windows(nll, tokens)
@@ -164,28 +194,29 @@ def ppl(nll: np.ndarray, tokens: np.ndarray) -> float:
 
 
 def bootstrap_ppl_interval(nll: np.ndarray, tokens: np.ndarray, level: float = 0.95, n_boot: int = 2000,
-                           seed: int = 0) -> Interval:
-    """Percentile bootstrap of exp(Σnll/Σtokens) over windows resampled with replacement; deterministic per seed."""
+                           seed: int = 0, block: int | None = None) -> Interval:
+    """Percentile moving-block bootstrap of exp(Σnll/Σtokens) over windows (:func:`block_indices`); deterministic
+    per seed."""
     nll, tokens = _windows(nll, tokens)
     _check_level(level)
-    stats = np.concatenate([np.exp(s / t) for (s,), t in _resampled_sums((nll,), tokens, n_boot, seed)])
+    stats = np.concatenate([np.exp(s / t) for (s,), t in _resampled_sums((nll,), tokens, n_boot, seed, block)])
     lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
     return Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(nll))
 
 
 def ppl_interval(per_seed: Sequence[tuple[np.ndarray, np.ndarray]], level: float = 0.95, n_boot: int = 2000,
                  seed: int = 0) -> Interval:
-    """Interval of one table row's perplexity from its seeds' (nll, tokens) per window: t over the per-seed
-    perplexities with ≥ 2 seeds, the bootstrap over windows with one."""
+    """Interval of one table row's perplexity from its seeds' (nll, tokens) per window: t over the per-seed mean
+    log-losses (exponentiated) with ≥ 2 seeds, the block bootstrap over windows with one."""
     if len(per_seed) == 0:
         raise ValueError("no seeds to compute a perplexity interval from")
     if len(per_seed) == 1:
         return bootstrap_ppl_interval(*per_seed[0], level=level, n_boot=n_boot, seed=seed)
-    return seed_interval([ppl(nll, tokens) for nll, tokens in per_seed], level)
+    return log_seed_interval([ppl(nll, tokens) for nll, tokens in per_seed], level)
 
 
 def paired_difference(a: Mapping[int, tuple[np.ndarray, np.ndarray]], b: Mapping[int, tuple[np.ndarray, np.ndarray]],
-                      level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Paired:
+                      level: float = 0.95, n_boot: int = 2000, seed: int = 0, block: int | None = None) -> Paired:
     """ppl_A − ppl_B over the seeds both have (seed → (nll, tokens) per window), which must have been evaluated on
     the same windows: a t interval over the per-seed differences with ≥ 2 common seeds; with one, a paired bootstrap
     that resamples the same windows for A and B."""
@@ -204,16 +235,74 @@ def paired_difference(a: Mapping[int, tuple[np.ndarray, np.ndarray]], b: Mapping
     ppls = np.array([[ppl(nll_a, tok), ppl(nll_b, tok)] for nll_a, nll_b, tok in pairs])
     diff, ratio = float((ppls[:, 0] - ppls[:, 1]).mean()), float((ppls[:, 0] / ppls[:, 1]).mean())
     if len(pairs) >= 2:
-        return Paired(diff, ratio, seed_interval(ppls[:, 0] - ppls[:, 1], level))
+        d = ppls[:, 0] - ppls[:, 1]
+        return Paired(diff, ratio, seed_interval(d, level), t_p_value(d))
     nll_a, nll_b, tok = pairs[0]
     stats = np.concatenate([np.exp(sa / t) - np.exp(sb / t)
-                            for (sa, sb), t in _resampled_sums((nll_a, nll_b), tok, n_boot, seed)])
+                            for (sa, sb), t in _resampled_sums((nll_a, nll_b), tok, n_boot, seed, block)])
     lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
-    return Paired(diff, ratio, Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(tok)))
+    return Paired(diff, ratio, Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(tok)), bootstrap_p_value(stats))
 
 
-def _resampled_sums(arrays: tuple[np.ndarray, ...], tokens: np.ndarray, n_boot: int,
-                    seed: int) -> Iterator[tuple[tuple[np.ndarray, ...], np.ndarray]]:
+def t_p_value(values: np.ndarray) -> float:
+    """Two-sided p-value of a one-sample t test of mean 0 (1.0 when every value is 0, 0.0 when all are equal and
+    not 0)."""
+    v = np.asarray(values, dtype=np.float64)
+    sd = float(v.std(ddof=1))
+    if sd == 0:
+        return 1.0 if float(v.mean()) == 0 else 0.0
+    t = abs(float(v.mean())) / (sd / math.sqrt(len(v)))
+    return max(0.0, 1.0 - _t_central(t, len(v) - 1))
+
+
+def bootstrap_p_value(stats: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of 0: twice the smaller share of resamples on either side of 0, at most 1."""
+    s = np.asarray(stats, dtype=np.float64)
+    return float(min(1.0, 2 * min((s <= 0).mean(), (s >= 0).mean())))
+
+
+def holm_rejected(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down procedure (Holm 1979): the hypotheses rejected at family-wise level ``alpha``, in input
+    order. The i-th smallest p-value (from 0) is compared with alpha / (m − i) until the first that is not below."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    out = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        out[i] = True
+    return out
+
+
+@dataclass(frozen=True)
+class Gain:
+    """Context use: the mean loss of a position range past L minus the mean loss of [L/2, L) in L windows."""
+
+    loss: float
+    ref_loss: float
+    gain: float  # loss − ref_loss, nats per token
+    interval: Interval  # of gain, over blocks
+
+
+def context_gain(nll: np.ndarray, count: np.ndarray, ref_nll: np.ndarray, ref_count: np.ndarray,
+                 level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> Gain:
+    """Per block of the evaluated text (blocks: (n,) sums of each side over the same tokens), Σnll/Σcount minus
+    Σref_nll/Σref_count, with a percentile moving-block bootstrap over the blocks, paired."""
+    x = [np.asarray(a, dtype=np.float64).ravel() for a in (nll, count, ref_nll, ref_count)]
+    if len({len(a) for a in x}) != 1 or len(x[0]) == 0 or x[1].sum() <= 0 or x[3].sum() <= 0:
+        raise ValueError("need one sum per block on both sides and tokens scored on both")
+    _check_level(level)
+    loss, ref = x[0].sum() / x[1].sum(), x[2].sum() / x[3].sum()
+    idx = block_indices(len(x[0]), n_boot, np.random.default_rng(seed))
+    s = [a[idx].sum(axis=1) for a in x]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = s[0] / s[1] - s[2] / s[3]
+    boot = boot[np.isfinite(boot)]
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return Gain(float(loss), float(ref), float(loss - ref), Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(x[0])))
+
+
+def _resampled_sums(arrays: tuple[np.ndarray, ...], tokens: np.ndarray, n_boot: int, seed: int,
+                    block: int | None = None) -> Iterator[tuple[tuple[np.ndarray, ...], np.ndarray]]:
     """Per chunk of bootstrap resamples: the sums of each array and of tokens over the same resampled windows."""
     if n_boot < 1:
         raise ValueError(f"n_boot must be ≥ 1, got {n_boot}")
@@ -221,7 +310,7 @@ def _resampled_sums(arrays: tuple[np.ndarray, ...], tokens: np.ndarray, n_boot: 
     n = len(tokens)
     rows = max(1, MAX_DRAWS // n)
     for start in range(0, n_boot, rows):
-        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n))
+        idx = block_indices(n, min(rows, n_boot - start), rng, block)
         yield tuple(x[idx].sum(axis=1) for x in arrays), tokens[idx].sum(axis=1)
 
 

@@ -154,7 +154,7 @@ def test_every_preset_and_scheme_composes():
 CATALOGUE = [
     # numeric ranges: negative, zero, above a maximum, empty list, list element, non-finite (every other numeric
     # field is covered by the generated tests above, through validate)
-    (["eval.stride=-1"], "eval.stride=-1 is out of range: must be >= 1 (or null); null = the training length L"),
+    (["eval.stride=-1"], "eval.stride=-1 is out of range: must be >= 1 (or null); null = L/4"),
     (["eval.stride=0"], "eval.stride=0 is out of range: must be >= 1"),
     (["eval.lengths=[-64]"], "eval.lengths[0]=-64 is out of range: must be >= 1"),
     (["eval.lengths=[64,0]"], "eval.lengths[1]=0 is out of range: must be >= 1"),

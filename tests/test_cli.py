@@ -30,7 +30,8 @@ def test_train_writes_a_complete_run_directory(smoke_args, tmp_path):
     run = only_run(tmp_path / "results")
     assert run.name.startswith("alibi-tiny-shakespeare-L32-s0-")
     assert {p.name for p in run.iterdir() if not p.name.startswith(".")} == {
-        "config.yaml", "train.csv", "eval.csv", "positions.csv", "windows.csv", "meta.json", "checkpoint.pt"}
+        "config.yaml", "train.csv", "eval.csv", "positions.csv", "windows.csv", "context.csv", "meta.json",
+        "checkpoint.pt"}
     ev = pd.read_csv(run / "eval.csv")
     assert len(ev) == 8 and set(ev["mode"]) == {"nonoverlapping", "sliding"}
     assert list(ev.columns[:11]) == ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio",

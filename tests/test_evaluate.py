@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from pe_bench.build import build_model
 from pe_bench.config import compose, eval_lengths
 from pe_bench.data import DataError
-from pe_bench.evaluate.perplexity import (RANDOM_POSITIONS_SEED, Score, _row, check_feasible, eval_positions, evaluate,
+from pe_bench.evaluate.perplexity import (RANDOM_POSITIONS_SEED, Pass, Score, _row, check_feasible, context_ranges,
+                                         eval_positions, evaluate,
                                          score_windows, scored_span, window_ends)
 from pe_bench.schemes.base import LengthNotSupported
 
@@ -36,18 +37,57 @@ def test_scores_do_not_depend_on_the_batching(setup):
     assert a.nll == pytest.approx(b.nll, rel=1e-6)
 
 
-def test_sliding_rows_with_S_equal_to_the_length_reproduce_the_nonoverlapping_rows(setup):
+def test_sliding_with_S_equal_to_the_length_is_nonoverlapping_after_the_warm_up(setup):
     cfg, model, tokens, tb = setup
     cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
-                   "eval.lengths=[32]", "eval.stride=32", "eval.sliding_max_tokens=2048",
+                   "eval.lengths=[16,32]", "eval.stride=32", "eval.sliding_max_tokens=2048",
                    "eval.modes=[nonoverlapping,sliding]"])
-    rows, _, windows = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
-    by_mode = {r["mode"]: r for r in rows}
-    assert by_mode["sliding"]["stride"] == 32 and by_mode["sliding"]["tokens_scored"] == 2048
-    for k in ("loss", "ppl", "bpb", "tokens_scored"):
-        assert by_mode["sliding"][k] == by_mode["nonoverlapping"][k]
-    per_mode = {m: [w["nll"] for w in windows if w["mode"] == m] for m in by_mode}
-    assert per_mode["sliding"] == per_mode["nonoverlapping"]  # window for window
+    ev = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    sliding = {r["L_eval"]: r for r in ev.rows if r["mode"] == "sliding"}
+    assert sliding[32]["stride"] == 32 and sliding[32]["tokens_scored"] == 2048 and sliding[32]["warmup"] == 32
+    # the first 32 tokens (the longest length) are context only: then blocks of 32, as nonoverlapping from there
+    shifted = score_windows(model, tokens[32:], tb, 32, 32, 2048, 4096, DEV, False)
+    assert sliding[32]["loss"] == round(shifted.loss, 6)
+    assert [w["nll"] for w in ev.windows if w["mode"] == "sliding" and w["L_eval"] == 32] == \
+        [round(n, 6) for n in shifted.window_nll]
+
+
+def test_sliding_scores_the_same_tokens_at_every_length_each_with_at_least_length_minus_S_context(setup):
+    _, model, tokens, tb = setup
+    for length in (8, 16, 32):
+        s = score_windows(model, tokens, tb, length, 4, 256, 512, DEV, False, start=32)
+        assert s.tokens == 256 and all(t == 4 for t in s.window_tokens)
+        assert s.pos_count[: length - 4].sum() == 0  # nothing scored with fewer than length − S tokens before it
+        ends = window_ends(length, 4, 256, start=32)
+        assert ends[0] == (36, 4) and ends[-1][0] == 32 + 256  # targets 33..288 at every length
+
+
+def test_context_ranges_are_the_half_before_L_and_the_doublings_past_it():
+    assert context_ranges(16, 16) == [(8, 16)]
+    assert context_ranges(16, 8) == []
+    assert context_ranges(16, 32) == [(16, 32)]
+    assert context_ranges(16, 128) == [(16, 32), (32, 64), (64, 128), (16, 128)]
+    assert context_ranges(16, 48) == [(16, 32), (32, 48), (16, 48)]
+
+
+def test_context_gain_is_the_loss_past_L_minus_the_loss_of_the_last_half_of_L_windows(setup):
+    _, model, tokens, tb = setup
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.lengths=[16,64]", "eval.max_tokens=1024", "eval.modes=[nonoverlapping]"])
+    ev = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    x = torch.from_numpy(tokens[:1025].astype(np.int64))
+    with torch.no_grad():
+        nll16 = F.cross_entropy(model(x[:-1].view(64, 16)).flatten(0, 1), x[1:].view(64, 16).flatten(),
+                                reduction="none").view(64, 16)
+        nll64 = F.cross_entropy(model(x[:-1].view(16, 64)).flatten(0, 1), x[1:].view(16, 64).flatten(),
+                                reduction="none").view(16, 64)
+    ref = nll16[:, 8:].mean().item()
+    got = {(r["pos_start"], r["pos_end"]): r for r in ev.context}
+    assert set(got) == {(16, 32), (32, 64), (16, 64)}
+    for (a, b), r in got.items():
+        assert r["ref_loss"] == pytest.approx(ref, abs=2e-6)
+        assert r["gain"] == pytest.approx(nll64[:, a:b].mean().item() - ref, abs=2e-6)
+        assert r["lo"] < r["gain"] < r["hi"] and r["blocks"] == 16 and r["tokens"] == 16 * (b - a)
 
 
 def test_nonoverlapping_is_the_token_weighted_mean_over_blocks(setup):
@@ -81,18 +121,19 @@ def test_sliding_differs_from_nonoverlapping_for_small_strides(setup):
 
 def test_evaluate_rows_and_position_curves(setup):
     cfg, model, tokens, tb = setup
-    rows, pos, windows = evaluate(model, cfg, tokens, tb, DEV)
+    ev = evaluate(model, cfg, tokens, tb, DEV)
+    rows, pos, windows = ev.rows, ev.positions, ev.windows
     assert [r["L_eval"] for r in rows if r["mode"] == "nonoverlapping"] == [16, 32, 64, 128]
     for r in rows:  # the per-window losses recompute every row exactly: uncertainty can be computed afterwards
         w = [x for x in windows if all(x[k] == r[k] for k in ("scheme", "L_eval", "mode", "stride", "S", "budget"))]
         assert sum(x["tokens"] for x in w) == r["tokens_scored"]
         assert sum(x["nll"] for x in w) / r["tokens_scored"] == pytest.approx(r["loss"], abs=1e-5)
-        assert len(w) == (2048 // r["L_eval"] if r["mode"] == "nonoverlapping" else 1 + (512 - r["L_eval"]) // 16)
+        assert len(w) == (2048 // r["L_eval"] if r["mode"] == "nonoverlapping" else 512 // 4)  # S = L/4
     assert {r["mode"] for r in rows} == {"nonoverlapping", "sliding"}
     for r in rows:
         assert r["status"] == "ok" and r["ppl"] == pytest.approx(math.exp(r["loss"]), rel=1e-4)
         assert r["tokens_scored"] == (2048 if r["mode"] == "nonoverlapping" else 512)
-        assert r["stride"] == (r["L_eval"] if r["mode"] == "nonoverlapping" else 16)
+        assert r["stride"] == (r["L_eval"] if r["mode"] == "nonoverlapping" else 4)  # S = L/4
     for length in (16, 128):  # every scored token lands in exactly one position bucket
         assert sum(p["tokens"] for p in pos if p["L_eval"] == length) == 2048
         assert max(p["pos_end"] for p in pos if p["L_eval"] == length) == length
@@ -102,7 +143,8 @@ def test_learned_lengths_past_the_table_are_reported_not_applicable():
     cfg = compose(["scheme=learned", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke"])
     model = build_model(cfg, 256).eval()
     tokens = np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)
-    rows, _, _ = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV)
+    ev = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV)
+    rows = ev.rows
     na = [r for r in rows if r["status"] == "not_applicable"]
     assert {r["L_eval"] for r in na} == {32, 64, 128}
     assert all("16 rows" in r["note"] and r["ppl"] == "" for r in na)
@@ -208,13 +250,15 @@ def test_windows_are_batched_up_to_eval_tokens_per_batch_tokens_per_forward(setu
     cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
                    f"eval.tokens_per_batch={tokens_per_batch}"])
     rec = Recording(model)
-    rows, _, _ = evaluate(rec, cfg, tokens, tb, DEV, quiet=True)
+    ev = evaluate(rec, cfg, tokens, tb, DEV, quiet=True)
+    rows = ev.rows
     # at most tokens_per_batch tokens per forward (one window at least: 128 > 64 goes alone), and full batches of as
     # many windows as fit (the last batch of a pass may be short)
     assert rec.shapes and all(b * t <= max(tokens_per_batch, t) for b, t in rec.shapes), rec.shapes
     for length in (16, 32, 64, 128):
         assert max(b for b, t in rec.shapes if t == length) == max(1, tokens_per_batch // length)
-    plain, _, _ = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    ev = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    plain = ev.rows
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in plain], rel=1e-5)
 
 
@@ -224,7 +268,8 @@ def test_per_position_rows_are_eval_position_buckets_from_the_nonoverlapping_pas
     cfg, model, tokens, tb = setup
     cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
                    "eval.position_buckets=8"])
-    rows, pos, _ = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    ev = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
+    rows, pos = ev.rows, ev.positions
     for r in (r for r in rows if r["mode"] == "nonoverlapping"):
         p = [x for x in pos if x["L_eval"] == r["L_eval"]]
         n = r["L_eval"]
@@ -233,10 +278,11 @@ def test_per_position_rows_are_eval_position_buckets_from_the_nonoverlapping_pas
         assert sum(x["loss"] * x["tokens"] for x in p) / r["tokens_scored"] == pytest.approx(r["loss"], abs=1e-5)
 
 
-def _expected_row(common: dict, mode: str, stride: int, S, budget: int, s) -> dict:
+def _expected_row(common: dict, mode: str, stride: int, S, budget: int, s, warmup: int = 0) -> dict:
     """An evaluation row as the eval.csv columns of docs/evaluation.md describe it, from a Score computed by
     score_windows."""
-    return {**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "tokens_scored": s.tokens,
+    return {**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "warmup": warmup,
+            "tokens_scored": s.tokens,
             "loss": round(s.nll / s.tokens, 6), "ppl": round(math.exp(s.nll / s.tokens), 4),
             "bpb": round(s.nll / math.log(2) / s.bytes, 5), "status": "ok", "note": ""}
 
@@ -251,7 +297,8 @@ def test_an_evaluation_row_is_exactly_its_settings_and_its_numbers(setup, precis
                    "eval.lengths=[16,56]", "eval.stride=8", "eval.max_tokens=512", "eval.sliding_max_tokens=256",
                    "eval.modes=[nonoverlapping,sliding,per_position]", "eval.position_buckets=4",
                    f"train.precision={precision}", "seed=3"])
-    rows, pos, windows = evaluate(model, cfg, tokens, tb, DEV, step=7, name="RUN")
+    ev = evaluate(model, cfg, tokens, tb, DEV, step=7, name="RUN")
+    rows, pos, windows = ev.rows, ev.positions, ev.windows
     bf16 = precision == "bf16"
     base = {"scheme": model.label(), "base_scheme": "alibi", "model": cfg.model.name, "data": cfg.data.name,
             "split": cfg.eval.split, "L_train": 24, "seed": 3, "step": 7, "precision": precision}
@@ -265,8 +312,8 @@ def test_an_evaluation_row_is_exactly_its_settings_and_its_numbers(setup, precis
             n = s.pos_count[a:b].sum()
             want_pos.append({**common, "budget": 512, "pos_start": a, "pos_end": b,
                              "loss": round(s.pos_nll[a:b].sum() / n, 6), "tokens": int(n)})
-        t = score_windows(model, tokens, tb, length, 8, 224, cfg.eval.tokens_per_batch, DEV, bf16)
-        want.append(_expected_row(common, "sliding", 8, 8, 256, t))
+        t = score_windows(model, tokens, tb, length, 8, 224, cfg.eval.tokens_per_batch, DEV, bf16, start=56)
+        want.append(_expected_row(common, "sliding", 8, 8, 256, t, warmup=56))  # warm-up: the longest length
         lines += [f"RUN eval L={length} nonoverlapping: ppl {math.exp(s.loss):.2f} ({len(s.window_tokens):,} windows",
                   f"RUN eval L={length} sliding: ppl {math.exp(t.loss):.2f} ({len(t.window_tokens):,} windows"]
     assert rows == want
@@ -275,9 +322,9 @@ def test_an_evaluation_row_is_exactly_its_settings_and_its_numbers(setup, precis
         mine = [w for w in windows if all(w[k] == r[k] for k in ("L_eval", "mode"))]
         assert [w["window"] for w in mine] == list(range(len(mine)))
         assert set(mine[0]) == {"scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision",
-                                "tokens_scored", "window", "nll", "tokens"}
+                                "warmup", "tokens_scored", "window", "nll", "tokens"}
         assert all(w[k] == r[k] for w in mine for k in ("scheme", "split", "stride", "S", "budget", "step",
-                                                         "precision", "tokens_scored"))
+                                                         "precision", "warmup", "tokens_scored"))
         assert all(w["nll"] == round(w["nll"], 6) for w in mine)
     out = capsys.readouterr().out.splitlines()
     assert [line.split(" tokens,")[0].rsplit(",", 1)[0] for line in out] == lines
@@ -290,17 +337,18 @@ def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_re
     torch.manual_seed(0)
     model = build_model(cfg, 256).eval()
     tokens = np.random.default_rng(0).integers(0, 256, 3000).astype(np.uint8)
-    rows, pos, _ = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV, name="RUN")
+    ev = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV, name="RUN")
+    rows, pos = ev.rows, ev.positions
     na = [r for r in rows if r["L_eval"] == 24]
     reason = ("trained with randomized positions in [0, 20), which cannot hold 24 distinct positions; raise "
               "train.random_positions")
     common = {"scheme": "rope", "base_scheme": "rope", "model": cfg.model.name, "data": cfg.data.name,
               "split": cfg.eval.split, "L_train": 16, "seed": cfg.seed, "step": cfg.train.steps, "precision": "fp32",
               "L_eval": 24, "ratio": 1.5}
-    assert na == [{**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "loss": "", "ppl": "",
-                   "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": reason}
-                  for mode, stride, S, budget in (("nonoverlapping", 24, "", cfg.eval.max_tokens),
-                                                  ("sliding", 8, 8, cfg.eval.sliding_max_tokens))]
+    assert na == [{**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "warmup": warmup, "loss": "",
+                   "ppl": "", "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": reason}
+                  for mode, stride, S, budget, warmup in (("nonoverlapping", 24, "", cfg.eval.max_tokens, 0),
+                                                          ("sliding", 8, 8, cfg.eval.sliding_max_tokens, 24))]
     assert {p["L_eval"] for p in pos} == {16}
     assert [r["status"] for r in rows if r["L_eval"] == 16] == ["ok", "ok"]
     # the lengths it can evaluate are scored at the run's randomized positions, not at 0..L−1
@@ -309,7 +357,7 @@ def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_re
     plain = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 16, rows[0]["tokens_scored"], 4096, DEV)
     assert rows[0]["mode"] == "nonoverlapping" and rows[0]["loss"] == round(at.loss, 6) != round(plain.loss, 6)
     slid = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 8, rows[1]["tokens_scored"], 4096, DEV,
-                         positions=eval_positions(cfg, 16, DEV))
+                         positions=eval_positions(cfg, 16, DEV), start=24)
     assert rows[1]["mode"] == "sliding" and rows[1]["loss"] == round(slid.loss, 6)
     assert f"RUN eval L=24: not applicable ({reason})" in capsys.readouterr().out.splitlines()
 
@@ -332,12 +380,12 @@ def test_a_loss_too_large_for_exp_is_a_nonfinite_row_never_ok():
     common = {"scheme": "x", "L_eval": 8}
     for loss, status in ((699.0, "ok"), (700.0, "nonfinite"), (float("inf"), "nonfinite"), (float("nan"), "nonfinite")):
         s = Score(nll=loss * 4, tokens=4, bytes=4)
-        row = _row(common, "sliding", 2, 2, 64, s)
+        row = _row(common, Pass("sliding", 2, 8, 4, 64, 2), s)
         assert row["status"] == status, loss
         assert {k: row[k] for k in ("scheme", "L_eval", "mode", "stride", "S", "budget", "tokens_scored")} == \
             {"scheme": "x", "L_eval": 8, "mode": "sliding", "stride": 2, "S": 2, "budget": 64, "tokens_scored": 4}
-    assert _row(common, "sliding", 2, 2, 64, Score(nll=float("nan"), tokens=4, bytes=4)) == {
-        **common, "mode": "sliding", "stride": 2, "S": 2, "budget": 64, "tokens_scored": 4, "loss": "nan",
+    assert _row(common, Pass("sliding", 2, 8, 4, 64, 2), Score(nll=float("nan"), tokens=4, bytes=4)) == {
+        **common, "mode": "sliding", "stride": 2, "S": 2, "budget": 64, "warmup": 8, "tokens_scored": 4, "loss": "nan",
         "ppl": "nan", "bpb": "nan", "status": "nonfinite",
         "note": "non-finite loss: the model overflowed or its weights are not finite"}
 
@@ -348,10 +396,15 @@ def test_the_scored_span_and_the_feasibility_check_at_their_boundaries():
         scored_span(32, 10_000, 8)
     assert scored_span(41, 10_000, 8) == 40 and scored_span(40, 10_000, 8) == 32  # targets = tokens − 1
     assert scored_span(1000, 50, 8) == 48  # the budget, rounded down to whole windows of the longest length
-    cfg = compose(["eval.lengths=[8,16]", "eval.max_tokens=64"])
+    cfg = compose(["eval.lengths=[8,16]", "eval.max_tokens=64", "eval.modes=[nonoverlapping]"])
     check_feasible(cfg, 65)
     with pytest.raises(DataError):
         check_feasible(cfg, 64)
+    sliding = compose(["eval.lengths=[8,16]", "eval.max_tokens=64", "eval.modes=[nonoverlapping,sliding]"])
+    check_feasible(sliding, 81)  # sliding: the warm-up of 16 tokens, then 4 windows of 16
+    with pytest.raises(DataError, match="after 16 tokens of warm-up"):
+        check_feasible(sliding, 80)
+    assert scored_span(1000, None, 8) == 992  # no budget: the whole split, in whole windows of the longest length
 
 
 @pytest.mark.parametrize("modes", ["[nonoverlapping,sliding]", "[sliding]"])
@@ -379,7 +432,8 @@ def test_each_pass_reports_its_windows_to_its_progress_bar(setup, monkeypatch, m
     for bar in (True, False):
         monkeypatch.setattr(evaluate_mod, "use_bar", lambda progress, bar=bar: progress and bar)
         shown.clear()
-        rows, _, windows = evaluate(model, cfg, tokens, tb, DEV, name="RUN", progress=True)
+        ev = evaluate(model, cfg, tokens, tb, DEV, name="RUN", progress=True)
+        rows, windows = ev.rows, ev.windows
         assert [r["name"] for r in shown] == [f"RUN eval L={r['L_eval']} {r['mode']}" for r in rows]
         counts = [sum(1 for w in windows if (w["L_eval"], w["mode"]) == (r["L_eval"], r["mode"])) for r in rows]
         assert [r["total"] for r in shown] == [r["done"] for r in shown] == counts
@@ -420,7 +474,8 @@ def test_per_position_alone_makes_its_own_pass_and_no_perplexity_rows(setup, cap
     _, model, tokens, tb = setup
     cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
                    "eval.lengths=[16]", "eval.modes=[per_position]", "eval.position_buckets=2"])
-    rows, pos, windows = evaluate(model, cfg, tokens, tb, DEV)  # no name: the lines start at "eval"
+    ev = evaluate(model, cfg, tokens, tb, DEV)  # no name: the lines start at "eval"
+    rows, pos, windows = ev.rows, ev.positions, ev.windows
     assert rows == [] and windows == []
     s = score_windows(model, tokens, tb, 16, 16, scored_span(len(tokens), cfg.eval.max_tokens, 16),
                       cfg.eval.tokens_per_batch, DEV)

@@ -82,7 +82,8 @@ def test_evaluation_off_a_terminal_prints_one_line_per_length_and_mode(capsys):
     torch.manual_seed(0)
     model = build_model(cfg, 256).eval()
     tokens = np.random.default_rng(0).integers(0, 256, 5000).astype(np.uint8)
-    rows, _, _ = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV, name="my-run")
+    ev = evaluate(model, cfg, tokens, np.ones(256, dtype=np.int64), DEV, name="my-run")
+    rows = ev.rows
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 5, lines  # 16 × two modes; 32, 64, 128 past the table: one line each
     done = [re.fullmatch(EVAL_LINE, ln) for ln in lines[:2]]

@@ -584,6 +584,45 @@ def test_fope_equals_the_official_reference_computation():
     assert not torch.equal(fope.cos_coef[0], fope.cos_coef[1])  # drawn per layer
 
 
+def official_fope_coefficients(layers: int, heads: int, K: int, K2: int, sigma: float) -> torch.Tensor:
+    """The authors' FourierEmbedding.reset_parameters (olmo/model.py, ``eye_xavier_norm``, separate basis and head),
+    once per layer: xavier_normal_ of an (H, K, K') tensor with gain σ, plus torch.eye(K) when K = K', else
+    get_step_eye: zeros, step = ⌈K/K'⌉, a 1 at [..., i·step, i] for i in range(K') while i·step < K."""
+    def one() -> torch.Tensor:
+        coef = torch.nn.init.xavier_normal_(torch.empty(heads, K, K2), gain=sigma)
+        if K == K2:
+            return coef + torch.eye(K)
+        eye = torch.zeros(heads, K, K2)
+        step = math.ceil(K / K2)
+        for i in range(K2):
+            if i * step < K:
+                eye[..., i * step, i] = 1.0
+        return coef + eye
+
+    return torch.stack([one() for _ in range(layers)])
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3])
+@pytest.mark.parametrize("head_dim, L, K, K2", [(32, 64, 5, 5), (32, 512, 8, 8), (32, 1024, 9, 8),
+                                                (32, 4096, 12, 8), (64, 2048, 21, 16), (16, 4096, 6, 4),
+                                                (18, 32768, 9, 4)])
+def test_fope_coefficients_equal_the_official_initialisation(head_dim, L, K, K2, sigma):
+    """K <= d/4: identity plus the draw; K > d/4: the step identity (d = 32, L = 1024: K = 9, K' = 8, step 2, ones
+    at (0, 0), (2, 1), (4, 2), (6, 3), (8, 4), columns 5–7 the draw alone; d = 18: step 3). The same draws as the
+    official code from the same seed: cos for every layer, then sin."""
+    from pe_bench.schemes.fope import FoPE, FoPEOptions
+
+    sh = ModelShape(d_model=3 * head_dim, n_heads=3, head_dim=head_dim, train_seq_len=L, n_layers=2)
+    torch.manual_seed(7)
+    fope = FoPE(FoPEOptions(sigma=sigma), sh)
+    torch.manual_seed(7)
+    want_cos = official_fope_coefficients(2, 3, K, K2, sigma)
+    want_sin = official_fope_coefficients(2, 3, K, K2, sigma)
+    assert fope.cos_coef.shape == (2, 3, K, K2)
+    torch.testing.assert_close(fope.cos_coef, want_cos, rtol=0, atol=1e-6)
+    torch.testing.assert_close(fope.sin_coef, want_sin, rtol=0, atol=1e-6)
+
+
 def official_path_logits(q, k, w, beta, BT: int = 4) -> torch.Tensor:
     """fla-org/flash-linear-attention's reference (tests/ops/test_path_attn.py, ``naive_path_attn``), restated
     without its gate: chunks of BT tokens, each chunk's UT transform T = (I + strictly_lower(diag(β) W Wᵀ))⁻¹, the

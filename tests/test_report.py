@@ -1,5 +1,7 @@
 """Comparison tables: mean over seeds, 'n/a' for not applicable, '—' for not evaluated, the longest/L ratio."""
 
+import math
+
 import pandas as pd
 
 from pe_bench.report import comparison, write_tables
@@ -20,9 +22,14 @@ def rows():
 def test_comparison_means_over_seeds_and_marks_missing_cells():
     t = comparison(rows(), "nonoverlapping")
     assert list(t.columns) == ["64", "512", "longest/L", "seeds", "interval"]
-    # mean ± std [95% t interval over 2 seeds: mean ± 12.706 · 1.414 / √2]
-    assert t.loc[("alibi", 64)].tolist() == ["11.000 ± 1.414 [-1.706, 23.706]", "10.000 ± 1.414 [-2.706, 22.706]",
-                                             round(10 / 11, 3), 2, "t, 2 seeds"]
+    # mean ± std [95% t interval over 2 seeds on the log scale: exp(mean ln ppl ± 12.706 · std(ln ppl) / √2)]
+    def log_t(a: float, b: float) -> str:
+        m, sd = (math.log(a) + math.log(b)) / 2, abs(math.log(a) - math.log(b)) / math.sqrt(2)
+        return f"[{math.exp(m - 12.706204736 * sd / math.sqrt(2)):.3f}, {math.exp(m + 12.706204736 * sd / math.sqrt(2)):.3f}]"
+
+    assert t.loc[("alibi", 64)].tolist() == [f"11.000 ± 1.414 {log_t(10, 12)}", f"10.000 ± 1.414 {log_t(9, 11)}",
+                                             round(10 / 11, 3), 2, "t on log, 2 seeds"]
+    assert log_t(10, 12) == "[3.440, 34.885]"  # never below 0, as a t interval on perplexity itself would be
     # one seed, no per-window losses: the mean alone, to 3 decimals, and no interval
     assert t.loc[("learned", 64)].tolist() == [10.0, "n/a", "n/a", 1, "—"]
     assert t.loc[("rope", 64)].tolist() == [8.0, "—", "n/a", 1, "—"]
@@ -302,7 +309,7 @@ def test_compare_names_each_configuration_by_its_settings_and_says_why_a_cell_wa
         w = {s: {0: part.windows[window_key(rows[s]["run"], rows[s])]} for s in "AB"}
         p = stats.paired_difference(w["A"], w["B"], n_boot=BOOTSTRAP)
         assert [row[k] for k in ("difference", "95% interval", "method", "excludes 0", "seeds left out")] == [
-            round(p.diff, 3), f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]", "paired bootstrap, 200 windows",
+            round(p.diff, 3), f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]", "paired block bootstrap, 200 windows",
             "yes" if p.excludes_zero else "no", "-"]
     assert t["excludes 0"].tolist() == ["yes", "no", "yes"]
     assert t.attrs["left_out"] == [
@@ -354,7 +361,7 @@ def test_a_row_whose_cells_carry_different_intervals_names_each_kind():
     col = Collected(pd.concat([p.df for p in parts], ignore_index=True),
                     {k: v for p in parts for k, v in p.windows.items()})
     t = comparison(col, "nonoverlapping")
-    assert t.loc[("A", 32), "interval"] == "bootstrap, windows / t, 2 seeds"
+    assert t.loc[("A", 32), "interval"] == "block bootstrap, windows / t on log, 2 seeds"
     assert " ± " in t.loc[("A", 32), "32"] and " ± " not in t.loc[("A", 32), "64"]
 
 
@@ -390,7 +397,7 @@ def test_a_one_seed_cell_carries_the_bootstrap_interval_of_its_windows_or_none_i
     assert t.loc[("A", 32), "32"] == f"{r['ppl']:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
     other = stats.ppl_interval([w], n_boot=2 * BOOTSTRAP)
     assert f"[{iv.lo:.3f}, {iv.hi:.3f}]" != f"[{other.lo:.3f}, {other.hi:.3f}]"  # the resample count shows
-    assert t.loc[("A", 32), "interval"] == "bootstrap, windows"
+    assert t.loc[("A", 32), "interval"] == "block bootstrap, windows"
     empty = Collected(col.df, {window_key(r["run"], r): (np.array([]), np.array([]))})
     t = comparison(empty, "nonoverlapping")
     assert t.loc[("A", 32), ["32", "interval"]].tolist() == [f"{r['ppl']:.3f}", "—"]

@@ -442,7 +442,7 @@ def test_compare_on_the_command_line_names_the_seeds_it_left_out_and_the_lengths
     rows = compare_rows(r.output)
     assert [int(row[3]) for row in rows] == [32, 64, 128, 256]
     for row in rows:  # seed 0 paired over the 2048 tokens scored at each length; seed 1 named on every line
-        assert row[-1] == "1" and row[8] == f"paired bootstrap, {2048 // int(row[3])} windows", row
+        assert row[-1] == "1" and row[8] == f"paired block bootstrap, {2048 // int(row[3])} windows", row
         assert row[9] in ("yes", "no") and row[7].startswith("[")
     assert "not compared" not in r.output
     rope = run_named(results, "rope")
@@ -526,8 +526,9 @@ def test_a_diverged_runs_length_ratios_are_rounded_like_its_evaluation_rows():
                    "eval.lengths=[48,100]", "eval.stride=24"])
     torch.manual_seed(0)
     tokens = np.random.default_rng(0).integers(0, 256, 4000).astype(np.uint8)
-    real, _, _ = evaluate(build_model(cfg, 256).eval(), cfg, tokens, np.ones(256, dtype=np.int64),
+    ev = evaluate(build_model(cfg, 256).eval(), cfg, tokens, np.ones(256, dtype=np.int64),
                           torch.device("cpu"), quiet=True)
+    real = ev.rows
     rows = _diverged_rows(cfg, {"diverged_step": 1})
     assert [(r["L_eval"], r["mode"], r["ratio"]) for r in rows] == [(r["L_eval"], r["mode"], r["ratio"]) for r in real]
     assert rows[-1]["ratio"] == 2.0833

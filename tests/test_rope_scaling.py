@@ -230,20 +230,56 @@ def test_lm_infinite_keeps_the_first_keys_and_a_local_window_at_distances_capped
 
 
 def test_streaming_keeps_sinks_and_recent_keys_at_their_cache_positions():
-    """n = 2 sinks, window w = 3: a query sees the sinks and its 3 most recent keys; a sink j beyond the window sits
-    at distance n + w − 1 − j = 4 − j (the cache [sink 0, sink 1, i − 2, i − 1, i]); recent keys at their true
-    distance; every other key dropped."""
+    """n = 2 sinks, window w = 3: once the cache is full (i >= n + w = 5) a query sees the sinks and its 3 most recent
+    keys; a sink j sits at distance n + w − 1 − j = 4 − j (the cache [sink 0, sink 1, i − 2, i − 1, i]), recent keys at
+    their true distance, every other key dropped; before that (i <= 4) nothing is evicted or moved."""
     q, k = qk()
     pos = torch.arange(q.shape[2])
     r = rope_with(type="streaming", global_tokens=2, window=3)
     got = moved_logits(r, q, k, pos)
-    for i, j in [(20, 0), (20, 1), (20, 18), (20, 17), (20, 2), (4, 1), (3, 0)]:
-        if i - j >= 3 and j >= 2:
+    for i, j in [(20, 0), (20, 1), (20, 18), (20, 17), (20, 2), (5, 0), (5, 2), (4, 1), (4, 0), (3, 0)]:
+        full = i >= 5
+        if full and i - j >= 3 and j >= 2:
             assert torch.isinf(got[0, :, i, j]).all(), (i, j)
         else:
-            a, b = (4, j) if i - j >= 3 else (i, j)
+            a, b = (4, j) if full and i - j >= 3 else (i, j)
             torch.testing.assert_close(got[0, :, i, j], logit_rope(r, q, k, i, j, a, b), rtol=1e-4, atol=1e-4)
     assert rope_with(L=64, type="streaming").window == 60  # n = 4 sinks and L − 4 recent keys: a cache of L
+
+
+def official_streaming_logits(q: torch.Tensor, k: torch.Tensor, start_size: int, recent_size: int) -> torch.Tensor:
+    """mit-han-lab/streaming-llm decoding one token at a time (examples/eval_long_ppl.py): the query attends to the
+    cache plus its own key (pos_shift/modify_llama.py: keys at their cache slots 0..len − 1, the query at the
+    cache's length before it, HF's position_ids), then StartRecentKVCache (streaming_llm/kv_cache.py) keeps the
+    first start_size and last recent_size keys once the cache holds more than start_size + recent_size.
+    q, k: (1, H, T, d) -> (H, T, T) logits, −inf for keys not in the cache."""
+    H, T = q.shape[1], q.shape[2]
+    out = torch.full((H, T, T), float("-inf"))
+    cache: list[int] = []
+    for i in range(T):
+        keys = cache + [i]
+        qa = hf_rotate(q[0, :, i:i + 1], torch.tensor([len(cache)]))  # (H, 1, d)
+        for slot, j in enumerate(keys):
+            kb = hf_rotate(k[0, :, j:j + 1], torch.tensor([slot]))
+            out[:, i, j] = (qa @ kb.transpose(-1, -2))[:, 0, 0] * q.shape[-1] ** -0.5
+        cache = keys
+        if len(cache) > start_size + recent_size:
+            cache = cache[:start_size] + cache[len(cache) - recent_size:]
+    return out
+
+
+@pytest.mark.parametrize("n, recent", [(2, 2), (4, 5), (1, 3), (3, 0)])
+def test_streaming_equals_the_official_cache_decoding_token_by_token(n, recent):
+    """Every row, filling cache included, against the official start/recent cache: window w = recent_size + 1 (the
+    query's own key is the newest of the w), sinks n = start_size; the same keys seen, at the same positions."""
+    q, k = qk()
+    pos = torch.arange(q.shape[2])
+    got = moved_logits(rope_with(type="streaming", global_tokens=n, window=recent + 1), q, k, pos)[0]
+    got = got.masked_fill(pos[:, None] < pos[None, :], float("-inf"))
+    want = official_streaming_logits(q, k, n, recent)
+    seen = torch.isfinite(want)
+    assert torch.equal(torch.isfinite(got), seen)
+    torch.testing.assert_close(got[seen], want[seen], rtol=1e-4, atol=1e-4)
 
 
 def test_self_extend_refuses_a_fractional_group():

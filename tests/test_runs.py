@@ -22,7 +22,7 @@ TINY = ["scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1", "model.d
 # The lists of docs/evaluation.md, word for word ("Run directories")
 TRAIN_CSV = ["step", "loss", "lr", "tokens_per_s", "val_loss", "elapsed_s"]
 EVAL_CSV = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride", "loss",
-            "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision"]
+            "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision", "warmup"]
 META_JSON = {"pe_bench", "git_sha", "git_modified", "torch", "python", "device", "numerics", "processes", "status", "error",
              "checkpoint_step", "wall_seconds", "train_seconds", "eval_seconds", "train_tokens_per_s", "n_params",
              "data_fingerprint", "eval_csv_sha256", "attention_backend", "eval_attention_backend"}
@@ -50,7 +50,8 @@ def run(finished, tmp_path):
 
 def test_a_run_directory_holds_the_documented_files_with_the_documented_columns(finished):
     assert {p.name for p in finished.iterdir()} == {"config.yaml", "train.csv", "eval.csv", "windows.csv",
-                                                  "positions.csv", "meta.json", "checkpoint.pt", ".lock"}
+                                                  "positions.csv", "context.csv", "meta.json", "checkpoint.pt",
+                                                  ".lock"}
     train = pd.read_csv(finished / "train.csv", keep_default_na=False)
     assert list(train.columns) == TRAIN_CSV
     assert list(train["step"]) == [5, 10, 15, 20]
@@ -58,7 +59,7 @@ def test_a_run_directory_holds_the_documented_files_with_the_documented_columns(
     ev = pd.read_csv(finished / "eval.csv", keep_default_na=False)
     assert list(ev.columns) == EVAL_CSV
     assert set(ev["precision"]) == {"fp32"} and set(ev["step"]) == {20} and set(ev["status"]) == {"ok"}
-    assert set(ev[ev["mode"] == "sliding"]["S"]) == {"32"} and set(ev[ev["mode"] == "nonoverlapping"]["S"]) == {""}
+    assert set(ev[ev["mode"] == "sliding"]["S"]) == {"8"} and set(ev[ev["mode"] == "nonoverlapping"]["S"]) == {""}
     assert set(ev[ev["mode"] == "nonoverlapping"]["budget"]) == {2048}  # eval.max_tokens
     assert set(ev[ev["mode"] == "sliding"]["budget"]) == {512}  # eval.sliding_max_tokens
     # windows.csv: per evaluation window its summed nll and scored tokens, recomputing every eval.csv row
@@ -69,6 +70,11 @@ def test_a_run_directory_holds_the_documented_files_with_the_documented_columns(
         assert w["tokens"].sum() == r.tokens_scored
         assert w["nll"].sum() / w["tokens"].sum() == pytest.approx(r.loss, abs=1e-5)
     assert len(pd.read_csv(finished / "positions.csv"))  # per-position loss curves
+    # context.csv: per length past L and position range, its loss against [L/2, L) of the L windows, with an interval
+    ctx = pd.read_csv(finished / "context.csv")
+    assert set(ctx["L_eval"]) == {64, 128, 256} and (ctx["lo"] <= ctx["gain"]).all() and (ctx["gain"] <= ctx["hi"]).all()
+    assert (ctx["gain"] == (ctx["loss"] - ctx["ref_loss"]).round(6)).all() or \
+        ((ctx["gain"] - (ctx["loss"] - ctx["ref_loss"])).abs() < 2e-6).all()
 
 
 def test_meta_json_records_what_the_numbers_depend_on_and_how_the_run_went(finished):

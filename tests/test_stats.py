@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pe_bench import stats as stats_mod
-from pe_bench.stats import (BOOTSTRAP_METHOD, T_METHOD, Interval, _t_central, bootstrap_ppl_interval,
-                            normal_quantile, paired_difference, ppl, ppl_interval, seed_interval, t_quantile)
+from pe_bench.stats import (BOOTSTRAP_METHOD, LOG_T_METHOD, T_METHOD, Interval, _t_central, block_indices,
+                            block_length, bootstrap_p_value, bootstrap_ppl_interval, context_gain, holm_rejected,
+                            log_seed_interval, normal_quantile, paired_difference, ppl, ppl_interval, seed_interval,
+                            t_p_value, t_quantile)
 
 TRUE_LOSS = 3.0  # nats per token: the windows' population perplexity is e³
 
@@ -84,7 +86,8 @@ def test_bootstrap_is_deterministic_and_fast_at_full_size():
 def test_ppl_interval_uses_t_over_seeds_or_bootstrap_for_one_seed():
     rng = np.random.default_rng(3)
     runs = [windows(rng, 100) for _ in range(3)]
-    assert ppl_interval(runs) == seed_interval([ppl(*r) for r in runs])
+    log_t = seed_interval([math.log(ppl(*r)) for r in runs])
+    assert ppl_interval(runs) == Interval(math.exp(log_t.lo), math.exp(log_t.hi), LOG_T_METHOD, 3)
     one = ppl_interval(runs[:1], n_boot=200)
     assert one == bootstrap_ppl_interval(*runs[0], n_boot=200) and one.method == BOOTSTRAP_METHOD
     with pytest.raises(ValueError):
@@ -173,7 +176,7 @@ def _bernoulli_windows() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_the_bootstrap_interval_is_the_95_percent_one_of_a_known_distribution():
-    iv = bootstrap_ppl_interval(*_bernoulli_windows(), n_boot=20000)
+    iv = bootstrap_ppl_interval(*_bernoulli_windows(), n_boot=20000, block=1)  # blocks of 1: i.i.d. windows
     for end, q in ((iv.lo, 0.025), (iv.hi, 0.975)):
         k = math.log(end) * N_BERNOULLI
         assert abs(k - _binomial_quantile(N_BERNOULLI, q)) <= 1.5, (end, q)
@@ -183,7 +186,8 @@ def test_the_bootstrap_interval_is_the_95_percent_one_of_a_known_distribution():
 
 def test_the_paired_bootstrap_interval_is_the_95_percent_one_of_a_known_distribution():
     nll, tokens = _bernoulli_windows()
-    p = paired_difference({0: (nll, tokens)}, {0: (np.zeros_like(nll), tokens)}, n_boot=20000)  # B: ppl 1 exactly
+    p = paired_difference({0: (nll, tokens)}, {0: (np.zeros_like(nll), tokens)}, n_boot=20000,
+                          block=1)  # B: ppl 1 exactly
     assert p.interval.method == BOOTSTRAP_METHOD
     for end, q in ((p.interval.lo, 0.025), (p.interval.hi, 0.975)):
         k = math.log(end + 1.0) * N_BERNOULLI
@@ -262,7 +266,8 @@ def test_every_interval_is_at_the_level_asked_for(level):
     assert (iv.lo, iv.hi) == pytest.approx((np.mean(v) - half, np.mean(v) + half), rel=1e-12)
     nll, tok = windows(np.random.default_rng(4), 30)
     per_seed = [(nll, tok), (nll * 1.1, tok)]
-    assert ppl_interval(per_seed, level) == seed_interval([ppl(*s) for s in per_seed], level)
+    log_t = seed_interval([math.log(ppl(*s)) for s in per_seed], level)
+    assert ppl_interval(per_seed, level) == Interval(math.exp(log_t.lo), math.exp(log_t.hi), LOG_T_METHOD, 2)
     assert ppl_interval(per_seed[:1], level, n_boot=300, seed=5) == bootstrap_ppl_interval(nll, tok, level, 300, 5)
     p = paired_difference({0: per_seed[0], 1: per_seed[1]}, {0: (nll * 0.9, tok), 1: (nll, tok)}, level)
     assert p.interval == seed_interval([ppl(*per_seed[0]) - ppl(nll * 0.9, tok), ppl(*per_seed[1]) - ppl(nll, tok)],
@@ -270,8 +275,16 @@ def test_every_interval_is_at_the_level_asked_for(level):
 
 
 def _independent_resamples(n: int, n_boot: int, seed: int) -> np.ndarray:
-    """The window indices of each resample: n draws with replacement per resample from NumPy's default generator."""
-    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    """The window indices of each resample of the moving-block bootstrap: ⌈n/b⌉ runs of b = ⌈n^(1/3)⌉ consecutive
+    windows (circularly) from starts drawn uniformly by NumPy's default generator, cut to n windows."""
+    b = math.ceil(round(n ** (1 / 3), 9))
+    k = -(-n // b)
+    starts = np.random.default_rng(seed).integers(0, n, size=(n_boot, k, 1))
+    out = np.empty((n_boot, n), dtype=np.int64)
+    for r in range(n_boot):
+        run = [(int(s) + i) % n for s in starts[r, :, 0] for i in range(b)]
+        out[r] = run[:n]
+    return out
 
 
 def test_bootstrap_endpoints_are_the_percentiles_of_the_resampled_perplexities():
@@ -348,3 +361,68 @@ def test_quantile_levels_outside_0_1_are_refused_by_name():
 def test_one_seeds_interval_is_the_bootstrap_with_its_defaults():
     nll, tok = windows(np.random.default_rng(6), 20)
     assert ppl_interval([(nll, tok)]) == bootstrap_ppl_interval(nll, tok, 0.95, 2000, 0)
+
+
+def test_a_perplexity_interval_over_seeds_is_taken_on_the_log_scale_and_stays_positive():
+    spread = [12.0, 18.0, 40.0]  # a t interval on perplexity itself would go below 0
+    assert seed_interval(spread).lo < 0
+    iv = log_seed_interval(spread)
+    t = seed_interval(np.log(spread))
+    assert (iv.lo, iv.hi) == pytest.approx((math.exp(t.lo), math.exp(t.hi)), rel=1e-12)
+    assert 0 < iv.lo < math.exp(np.log(spread).mean()) < iv.hi and iv.method == LOG_T_METHOD
+    with pytest.raises(ValueError):
+        log_seed_interval([1.0, -2.0])
+
+
+def test_moving_blocks_are_runs_of_the_cube_root_of_the_windows():
+    assert [block_length(n) for n in (1, 7, 8, 9, 27, 28, 1000, 4740)] == [1, 2, 2, 3, 3, 4, 10, 17]
+    idx = block_indices(30, 5, np.random.default_rng(0))  # b = 4: runs of 4 consecutive windows, circularly
+    assert idx.shape == (5, 30)
+    for row in idx:
+        for k in range(0, 28, 4):
+            assert [(row[k] + i) % 30 for i in range(4)] == list(row[k : k + 4])
+    assert (block_indices(30, 3, np.random.default_rng(0), block=1) ==
+            np.random.default_rng(0).integers(0, 30, size=(3, 30, 1)).reshape(3, 30)).all()
+
+
+def test_a_block_bootstrap_is_wider_than_an_iid_one_on_correlated_windows():
+    rng = np.random.default_rng(7)
+    drift = np.repeat(rng.normal(0, 0.3, 50), 20)  # 1000 windows whose difficulty drifts in stretches of 20
+    tokens = np.full(1000, 64.0)
+    nll = tokens * (TRUE_LOSS + drift + rng.normal(0, 0.05, 1000))
+    iid = bootstrap_ppl_interval(nll, tokens, block=1)
+    blocks = bootstrap_ppl_interval(nll, tokens)
+    assert (blocks.hi - blocks.lo) > 1.5 * (iid.hi - iid.lo)
+
+
+def test_p_values_of_the_paired_tests():
+    assert t_p_value(np.array([1.0, 1.0, 1.0])) == 0.0 and t_p_value(np.zeros(3)) == 1.0
+    # t = 2 with 3 degrees of freedom: two-sided p = 0.1393 (tables)
+    assert t_p_value(np.array([1.0, 2.0, 3.0, 6.0]) - 3.0 + 2 * np.std([1, 2, 3, 6], ddof=1) / 2) == \
+        pytest.approx(0.13934, abs=1e-4)
+    assert bootstrap_p_value(np.array([-1.0, 1.0, 2.0, 3.0])) == 0.5
+    assert bootstrap_p_value(np.array([1.0, 2.0])) == 0.0
+    p = paired_difference({0: windows(np.random.default_rng(1), 50)}, {0: windows(np.random.default_rng(1), 50)})
+    assert p.p_value == 1.0  # identical: every resampled difference is 0
+
+
+def test_holm_rejects_step_down_and_stops_at_the_first_failure():
+    assert holm_rejected([0.01, 0.04, 0.03]) == [True, False, False]  # 0.01 ≤ .05/3; 0.03 > .05/2: stop
+    assert holm_rejected([0.001, 0.02, 0.04]) == [True, True, True]  # .001 ≤ .0167, .02 ≤ .025, .04 ≤ .05
+    assert holm_rejected([0.2, 0.001]) == [False, True]
+    assert holm_rejected([]) == []
+    # without the correction every p < .05 would be rejected
+    assert sum(holm_rejected([0.02] * 5)) == 0
+
+
+def test_context_gain_is_the_difference_of_token_weighted_means_over_paired_blocks():
+    rng = np.random.default_rng(0)
+    count, ref_count = np.full(40, 448.0), np.full(40, 256.0)
+    nll = count * (1.80 + rng.normal(0, 0.05, 40))
+    ref = ref_count * (1.85 + rng.normal(0, 0.05, 40))
+    g = context_gain(nll, count, ref, ref_count)
+    assert g.loss == pytest.approx(nll.sum() / count.sum()) and g.ref_loss == pytest.approx(ref.sum() / ref_count.sum())
+    assert g.gain == pytest.approx(g.loss - g.ref_loss) and g.interval.lo < g.gain < g.interval.hi < 0
+    assert g.interval.n == 40 and g.interval.method == BOOTSTRAP_METHOD
+    with pytest.raises(ValueError):
+        context_gain(nll, count, ref[:10], ref_count[:10])

@@ -85,9 +85,10 @@ def test_a_diverged_run_is_diverged_everywhere(smoke_args, tmp_path):
 
 
 def test_a_nonfinite_evaluation_is_nan_not_ok():
-    from pe_bench.evaluate.perplexity import Score, _row
+    from pe_bench.evaluate.perplexity import Pass, Score, _row
 
-    row = _row({"scheme": "x"}, "nonoverlapping", 64, "", 1024, Score(nll=float("nan"), tokens=10, bytes=10))
+    row = _row({"scheme": "x"}, Pass("nonoverlapping", 64, 0, 1024, 1024, ""), Score(nll=float("nan"), tokens=10,
+                                                                                     bytes=10))
     assert row["status"] == "nonfinite" and row["ppl"] == "nan"
     from pe_bench.report import comparison
 
@@ -148,12 +149,12 @@ def test_rerunning_a_finished_run_adds_rows_and_never_rewrites_it(smoke_args, tm
     run = runs_of(tmp_path / "results")[0]
     config, meta = (run / "config.yaml").read_bytes(), json.loads((run / "meta.json").read_text())
     ev = pd.read_csv(run / "eval.csv")
-    r = invoke("train", "scheme=alibi", "eval.max_tokens=1024", "eval.stride=8", *smoke_args, "--no-progress")
+    r = invoke("train", "scheme=alibi", "eval.max_tokens=1024", "eval.stride=5", *smoke_args, "--no-progress")
     assert r.exit_code == 0, r.output
     ev2 = pd.read_csv(run / "eval.csv")
     assert len(ev2) == 2 * len(ev)  # the new settings' rows sit beside the old ones
     assert ev2.merge(ev).shape[0] == len(ev)  # the old rows are untouched
-    assert set(ev2["budget"]) == {2048, 1024, 512} and set(ev2[ev2["mode"] == "sliding"]["S"]) == {32, 8}
+    assert set(ev2["budget"]) == {2048, 1024, 512} and set(ev2[ev2["mode"] == "sliding"]["S"]) == {8, 5}
     assert set(ev2["precision"]) == {"fp32"}  # bf16 rows (autocast on CUDA) would sit beside these
     meta2 = json.loads((run / "meta.json").read_text())
     assert (run / "config.yaml").read_bytes() == config
@@ -274,7 +275,7 @@ def _synthetic(shift: float, seeds=(0,), windows=400, seed=0):
                          "mode": "nonoverlapping", "split": "validation", "stride": 64, "S": "", "budget": "4096",
                          "step": 10, "steps": 10, "seed": s, "status": "ok", "tokens_scored": int(tokens.sum()),
                          "ppl": float(np.exp(nll.sum() / tokens.sum())), "config": name, "group": "g"})
-            win[(run, name, "validation", "64", "nonoverlapping", "64", "", "4096", "10", "",
+            win[(run, name, "validation", "64", "nonoverlapping", "64", "", "4096", "10", "", "0",
                  str(int(tokens.sum())))] = (nll, tokens)
     return Collected(pd.DataFrame(rows), win)
 
@@ -285,7 +286,7 @@ def test_compare_finds_a_real_gap_and_not_a_null_one(seeds):
 
     real = compare(_synthetic(0.03, seeds), "A", "B", modes=["nonoverlapping"])
     assert real["excludes 0"].tolist() == ["yes"] and real["verdict"].tolist() == ["A lower"]
-    assert real["method"].iloc[0].startswith("t, 3 seeds" if len(seeds) > 1 else "paired bootstrap, 400 windows")
+    assert real["method"].iloc[0].startswith("t, 3 seeds" if len(seeds) > 1 else "paired block bootstrap, 400 windows")
     null = compare(_synthetic(0.0, seeds), "A", "B", modes=["nonoverlapping"])
     assert null["excludes 0"].tolist() == ["no"] and null["verdict"].tolist() == ["not distinguishable"]
     t = comparison(_synthetic(0.0, seeds), "nonoverlapping")
@@ -293,7 +294,7 @@ def test_compare_finds_a_real_gap_and_not_a_null_one(seeds):
     t = comparison(_synthetic(0.03, seeds), "nonoverlapping")
     assert t.attrs["best"] == {("A", 64, 64)}
     interval = t.loc[("A", 64), "interval"]
-    assert interval == ("t, 3 seeds" if len(seeds) > 1 else "bootstrap, windows")
+    assert interval == ("t on log, 3 seeds" if len(seeds) > 1 else "block bootstrap, windows")
 
 
 # 7 ------------------------------------------------------------------------------------------------------------------

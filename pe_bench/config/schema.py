@@ -137,8 +137,9 @@ class EvalConfig:
     lengths: list[int] | None = ranged(None, ge=1, nonempty=True,
                                        hint="e.g. eval.lengths=[64,128] (null: eval.ratios × L)")
     modes: list[str] = field(default_factory=lambda: ["nonoverlapping", "sliding", "per_position"])
-    stride: int | None = ranged(None, ge=1, hint="null = the training length L")  # sliding-window stride S
-    max_tokens: int = ranged(65536, ge=1)  # tokens scored per length (nonoverlapping, per_position)
+    stride: int | None = ranged(None, ge=1, hint="null = L/4")  # sliding-window stride S
+    # tokens scored per length (nonoverlapping, per_position, context use); null = the whole split
+    max_tokens: int | None = ranged(None, ge=1, hint="e.g. eval.max_tokens=65536 (null: the whole split)")
     # tokens scored per length in sliding mode (costs length/S forwards per S)
     sliding_max_tokens: int = ranged(16384, ge=1)
     tokens_per_batch: int = ranged(16384, ge=1)  # windows are batched up to this many tokens per forward

@@ -1,28 +1,38 @@
-"""Perplexity and bits per byte at each evaluation length, in three modes.
+"""Perplexity and bits per byte at each evaluation length, in three modes, and how much a model gains from the
+context past its training length.
 
 - ``nonoverlapping``: the token stream is cut into blocks of ``L_eval`` tokens, every token scored once (the ALiBi
-  paper's headline protocol). Early tokens of each block see little context (the "early-token curse").
-- ``sliding``: windows of ``L_eval`` tokens advance by stride S and score only their last S tokens (the first window
-  scores all of its tokens), so every scored token after the first window sees at least ``L_eval − S`` tokens of
-  context. S = L_eval reproduces nonoverlapping exactly.
+  paper's headline protocol). Early tokens of each block see little context (the "early-token curse"): a longer
+  block lowers the mean loss by diluting them, even for a model that ignores the extra context.
+- ``sliding``: the first ``warmup`` tokens (the longest evaluation length) are context only; then windows of
+  ``L_eval`` tokens advance by stride S and score only their last S tokens, so every scored token sees at least
+  ``L_eval − S`` tokens of context, and every length scores the same tokens (Press et al. 2022, Appendix B).
 - ``per_position``: mean loss by position inside the window (bucketed), from the nonoverlapping pass, showing where
   extrapolation breaks.
 
+Context use (:func:`context_rows`): from the nonoverlapping pass, the mean loss at positions [L, 2L), [2L, 4L), …
+and [L, L_eval) of the longer windows minus the mean loss at positions [L/2, L) of the L windows: negative = the
+context past L helps; about 0 = the model does not break but does not use it either; positive = it breaks. Its
+interval is a moving-block bootstrap over blocks of the longest length (each block holds the long window and the L
+windows over the same tokens, so the difference is paired).
+
 All means are token-weighted; every row records how many tokens it scored. All lengths of one run score the same
-span of tokens (a multiple of the longest length), so the numbers are comparable across lengths.
+span of tokens (a multiple of the longest length; by default the whole split), so the numbers are comparable across
+lengths.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pe_bench import stats
 from pe_bench.config import Config, reference_length, run_lengths
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
@@ -32,19 +42,27 @@ from pe_bench.progress import EvalProgress, per_length_lines, say, use_bar
 from pe_bench.schemes import LengthNotSupported
 
 EVAL_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride",
-                "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision"]
+                "loss", "ppl", "bpb", "tokens_scored", "seed", "status", "note", "S", "budget", "step", "precision",
+                "warmup"]
 POSITION_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "pos_start",
                     "pos_end", "loss", "tokens", "seed", "budget", "step", "precision"]
-WINDOW_COLUMNS = ["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "tokens_scored",
-                  "window", "nll", "tokens"]
+WINDOW_COLUMNS = ["scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "warmup",
+                  "tokens_scored", "window", "nll", "tokens"]
+CONTEXT_COLUMNS = ["scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "pos_start",
+                   "pos_end", "loss", "ref_loss", "gain", "lo", "hi", "blocks", "tokens", "seed", "budget", "step",
+                   "precision", "tokens_scored"]
 # An evaluation row is identified by every setting that changes its number: a new setting adds rows, never replaces.
 # S: the sliding stride setting (stride = min(S, L_eval)); empty for nonoverlapping rows.
 # precision: fp32 or bf16 (autocast on CUDA): the same weights give slightly different numbers in each.
 # tokens_scored: the span, a multiple of the evaluation's longest length, so other length sets score other spans.
-EVAL_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "tokens_scored")
+# warmup: tokens of context before the first scored one (sliding); 0: the first window scored all of its tokens.
+EVAL_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "warmup",
+            "tokens_scored")
 # Per-position rows are replaced a whole curve at a time (another eval.position_buckets makes other buckets).
 POSITION_KEY = ("scheme", "split", "L_eval", "budget", "step", "precision")
 WINDOW_KEY = EVAL_KEY
+KEY_DEFAULTS = {"warmup": "0"}  # a key column that older files lack: the value that their rows had
+CONTEXT_KEY = ("scheme", "split", "L_eval", "pos_start", "pos_end", "budget", "step", "precision", "tokens_scored")
 MIN_WINDOWS = 4  # the longest eval length must fit this many times in the scored span
 RANDOM_POSITIONS_SEED = 9176
 
@@ -58,6 +76,8 @@ class Score:
     pos_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
     window_nll: list[float] = field(default_factory=list)  # per window: summed nll of its scored tokens
     window_tokens: list[int] = field(default_factory=list)  # per window: its scored tokens
+    range_nll: list[np.ndarray] = field(default_factory=list)  # per window: (R,) summed nll in each position range
+    range_count: list[np.ndarray] = field(default_factory=list)  # per window: (R,) scored tokens in each range
 
     @property
     def loss(self) -> float:
@@ -68,32 +88,64 @@ class Score:
         return self.nll / math.log(2) / self.bytes
 
 
-def scored_span(n_tokens: int, budget: int, longest: int) -> int:
-    """Targets scored: the largest multiple of the longest length within budget and the split (≥ MIN_WINDOWS)."""
-    available = n_tokens - 1
+def scored_span(n_tokens: int, budget: int | None, longest: int, warmup: int = 0) -> int:
+    """Targets scored: the largest multiple of the longest length within budget (None: the whole split) and the
+    split after ``warmup`` context-only tokens (≥ MIN_WINDOWS of the longest length)."""
+    available = n_tokens - 1 - warmup
     need = MIN_WINDOWS * longest
     if available < need:
         raise DataError(f"the evaluation split has {n_tokens} tokens, but evaluating at length {longest} needs at "
-                        f"least {need + 1} ({MIN_WINDOWS} windows); use a longer split or shorter eval.lengths")
-    return max(need, (min(budget, available) // longest) * longest)
+                        f"least {need + warmup + 1} ({MIN_WINDOWS} windows"
+                        f"{f' after {warmup} tokens of warm-up' if warmup else ''}); use a longer split or shorter "
+                        "eval.lengths")
+    return max(need, (min(available if budget is None else budget, available) // longest) * longest)
+
+
+def sliding_stride(cfg: Config) -> int:
+    """The sliding stride setting S: eval.stride, or L/4 (every scored token then sees ≥ 3/4 of its window)."""
+    return cfg.eval.stride or max(1, reference_length(cfg) // 4)
 
 
 def check_feasible(cfg: Config, n_tokens: int) -> None:
     """Fail before training, not after, when the evaluation split is too short for the requested lengths."""
-    scored_span(n_tokens, cfg.eval.max_tokens, max(run_lengths(cfg)))
+    longest = max(run_lengths(cfg))
+    scored_span(n_tokens, cfg.eval.max_tokens, longest)
+    if "sliding" in cfg.eval.modes:
+        scored_span(n_tokens, cfg.eval.sliding_max_tokens, longest, warmup=longest)
+
+
+def context_ranges(L: int, length: int) -> list[tuple[int, int]]:
+    """Position ranges of a window of ``length`` whose loss measures context use: [L/2, L) in an L window (the
+    reference: the last half of what training saw); in a longer one [L, 2L), [2L, 4L), … (capped at ``length``),
+    then [L, length) whole. Shorter windows: none."""
+    if length == L:
+        return [(L // 2, L)]
+    if length < L:
+        return []
+    out, a = [], L
+    while a < length:
+        out.append((a, min(2 * a, length)))
+        a *= 2
+    return out + ([(L, length)] if len(out) > 1 else [])
 
 
 @torch.inference_mode()
 def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, length: int, stride: int,
                   span: int, tokens_per_batch: int, device: torch.device, bf16: bool = False,
                   positions: torch.Tensor | None = None,
-                  on_batch: Callable[[int, int], None] | None = None) -> Score:
-    """Score targets 1..span of `tokens` with windows of `length` advancing by `stride`.
+                  on_batch: Callable[[int, int], None] | None = None, start: int = 0,
+                  ranges: Sequence[tuple[int, int]] = ()) -> Score:
+    """Score targets start+1..start+span of `tokens` with windows of `length` advancing by `stride`.
 
-    Window k ends at e_k = length + k·stride (the last one capped at span) and scores its last e_k − e_{k−1} targets
-    (all `length` of them for the first window). ``on_batch(windows, tokens scored so far)`` after each batch."""
-    ends = window_ends(length, stride, span)
+    Window k ends at e_k = max(length, start + stride) + k·stride (the last one capped at start + span) and scores
+    its last e_k − e_{k−1} targets (e_{−1} = start: with start = 0 the first window scores all `length` of them).
+    ``ranges``: position ranges [a, b) whose summed nll and scored count are kept per window (Score.range_nll).
+    ``on_batch(windows, tokens scored so far)`` after each batch."""
+    ends = window_ends(length, stride, span, start)
     score = Score(pos_nll=np.zeros(length), pos_count=np.zeros(length))
+    in_range = torch.zeros(len(ranges), length, device=device)  # (R, length): 1 inside each range
+    for j, (a, b) in enumerate(ranges):
+        in_range[j, a:b] = 1
     per_batch = max(1, tokens_per_batch // length)
     tb = torch.as_tensor(token_bytes, device=device)
     ctx = bf16_autocast(device, bf16)
@@ -117,82 +169,125 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
         score.bytes += int((tb[y] * keep).sum())
         score.pos_nll += nll.double().sum(0).cpu().numpy()
         score.pos_count += keep.sum(0).cpu().numpy()
+        if ranges:
+            score.range_nll += list((nll.double() @ in_range.T.double()).cpu().numpy())  # (windows, R)
+            score.range_count += list((keep.double() @ in_range.T.double()).cpu().numpy())
         if on_batch is not None:
             on_batch(len(chunk), score.tokens)
     return score
 
 
-def window_ends(length: int, stride: int, span: int) -> list[tuple[int, int]]:
+def window_ends(length: int, stride: int, span: int, start: int = 0) -> list[tuple[int, int]]:
     """(end, targets scored) of each window: see score_windows."""
-    ends, prev = [], 0
-    e = length
-    while prev < span:
-        e = min(e, span)
+    ends, prev, last = [], start, start + span
+    e = max(length, start + stride)
+    while prev < last:
+        e = min(e, last)
         ends.append((e, e - prev))
         prev, e = e, e + stride
     return ends
 
 
+@dataclass
+class Evaluation:
+    """What one evaluation of one model writes: eval.csv, positions.csv, windows.csv and context.csv rows."""
+
+    rows: list[dict] = field(default_factory=list)
+    positions: list[dict] = field(default_factory=list)
+    windows: list[dict] = field(default_factory=list)
+    context: list[dict] = field(default_factory=list)
+
+    def __iadd__(self, other: Evaluation) -> Evaluation:
+        for f in ("rows", "positions", "windows", "context"):
+            getattr(self, f).extend(getattr(other, f))
+        return self
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One way of scoring a length: windows advance by ``advance`` over targets start+1..start+span."""
+
+    mode: str
+    advance: int
+    start: int  # warm-up: context-only tokens before the first scored target
+    span: int
+    budget: int | str  # the setting that chose the span ("all": the whole split)
+    S: int | str  # the sliding stride setting; "" for nonoverlapping
+
+
+def passes(cfg: Config, length: int, n_tokens: int) -> list[Pass]:
+    """The passes that one eval length takes under ``cfg.eval``: nonoverlapping (it also serves per_position and
+    context use) and sliding."""
+    ecfg, longest = cfg.eval, max(run_lengths(cfg))
+    out = []
+    if {"nonoverlapping", "per_position"} & set(ecfg.modes):
+        out.append(Pass("nonoverlapping", length, 0, scored_span(n_tokens, ecfg.max_tokens, longest), budget_label(
+            ecfg.max_tokens), ""))
+    if "sliding" in ecfg.modes:
+        S = sliding_stride(cfg)
+        out.append(Pass("sliding", min(S, length), longest,
+                        scored_span(n_tokens, ecfg.sliding_max_tokens, longest, warmup=longest),
+                        budget_label(ecfg.sliding_max_tokens), S))
+    return out
+
+
+def budget_label(budget: int | None) -> int | str:
+    """The ``budget`` column: the token budget, or "all" for the whole split."""
+    return "all" if budget is None else budget
+
+
 def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.ndarray, device: torch.device,
-             step: int | None = None, name: str = "", progress: bool = True,
-             quiet: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
+             step: int | None = None, name: str = "", progress: bool = True, quiet: bool = False) -> Evaluation:
     """Evaluate one model (one scheme variant, its weights from optimizer step ``step``) at every configured length
-    and mode. Returns (eval rows, per-position rows, per-window rows).
+    and mode: eval rows, per-position rows, per-window rows and context-use rows (:func:`context_rows`).
 
     Progress: a bar per length × mode on a terminal (``progress``), and one plain line per finished length × mode,
     headed ``name`` (the run's), e.g. ``NAME eval L=512 nonoverlapping: ppl 6.62 (12 windows, …)``; ``quiet``:
     none of it."""
-    ecfg, L = cfg.eval, reference_length(cfg)
-    lengths = run_lengths(cfg)
-    longest = max(lengths)
-    span = scored_span(len(tokens), ecfg.max_tokens, longest)
-    sliding_span = scored_span(len(tokens), ecfg.sliding_max_tokens, longest)
-    stride = ecfg.stride or L
+    L = reference_length(cfg)
     bf16 = use_bf16(cfg.train, device)
     step = cfg.train.steps if step is None else step
     label = model.label()
     base = {"scheme": label, "base_scheme": model.scheme.name, "model": cfg.model.name,
-            "data": cfg.data.name, "split": ecfg.split, "L_train": L, "seed": cfg.seed, "step": step,
+            "data": cfg.data.name, "split": cfg.eval.split, "L_train": L, "seed": cfg.seed, "step": step,
             "precision": "bf16" if bf16 else "fp32"}
-    budgets = {"nonoverlapping": ecfg.max_tokens, "sliding": ecfg.sliding_max_tokens}
-    rows: list[dict] = []
-    pos_rows: list[dict] = []
-    win_rows: list[dict] = []
+    out, blocks = Evaluation(), {}
     model.eval()
     bar = use_bar(progress)
     head = " ".join(x for x in (name, "eval", label if label != cfg.scheme.get("name") else "") if x)
     each = quiet or not per_length_lines()  # no line per length: a summary per mode at the end (unless quiet)
 
-    def scored(mode: str, length: int, advance: int, targets: int, positions: torch.Tensor | None) -> Score:
-        shown = EvalProgress(f"{head} L={length} {mode}", len(window_ends(length, advance, targets)), bar, each)
+    def scored(p: Pass, length: int, positions: torch.Tensor | None) -> Score:
+        ranges = context_ranges(L, length) if p.mode == "nonoverlapping" else []
+        what = p.mode if p.mode in cfg.eval.modes else "per_position"  # a pass made for the curves alone
+        shown = EvalProgress(f"{head} L={length} {what}", len(window_ends(length, p.advance, p.span, p.start)),
+                             bar, each)
         try:
-            s = score_windows(model, tokens, token_bytes, length, advance, targets, ecfg.tokens_per_batch, device,
-                              bf16, positions, shown.update)
+            s = score_windows(model, tokens, token_bytes, length, p.advance, p.span, cfg.eval.tokens_per_batch,
+                              device, bf16, positions, shown.update, p.start, ranges)
         finally:
             shown.close()
         shown.finish(s.loss, len(s.window_tokens), s.tokens)
+        if ranges:
+            blocks[length] = s
         return s
 
-    spans = {"nonoverlapping": span, "sliding": sliding_span}
-    for length in lengths:
+    for length in run_lengths(cfg):
         check_stop(f"before evaluating at length {length}")  # a signal (e.g. Slurm's): the rerun evaluates again
         common = {**base, "L_eval": length, "ratio": round(length / L, 4)}
-        strides = {"nonoverlapping": length, "sliding": min(stride, length)}
+        todo = passes(cfg, length, len(tokens))
         try:
-            r, p, w = _at_length(scored, cfg, common, length, eval_positions(cfg, length, device), spans, budgets,
-                                  stride)
-            rows += r
-            pos_rows += p
-            win_rows += w
+            out += _at_length(scored, cfg, common, length, eval_positions(cfg, length, device), todo)
         except LengthNotSupported as e:
             EvalProgress(f"{head} L={length}", 0, bar=False, quiet=each).skip(str(e))
-            rows += [{**common, "mode": mode, "stride": strides[mode], "S": stride if mode == "sliding" else "",
-                      "budget": budgets[mode], "loss": "", "ppl": "",
-                      "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": str(e)}
-                     for mode in ecfg.modes if mode in strides]
+            out.rows += [{**common, "mode": p.mode, "stride": p.advance, "S": p.S, "budget": p.budget,
+                          "warmup": p.start, "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0,
+                          "status": "not_applicable", "note": str(e)} for p in todo if p.mode in cfg.eval.modes]
+    if "nonoverlapping" in cfg.eval.modes:
+        out.context = context_rows(base, L, blocks, budget_label(cfg.eval.max_tokens))
     if not quiet and each:  # one summary line per mode
-        say("\n".join(summary_lines(head, rows)))
-    return rows, pos_rows, win_rows
+        say("\n".join(summary_lines(head, out.rows)))
+    return out
 
 
 def summary_lines(head: str, rows: list[dict]) -> list[str]:
@@ -205,30 +300,56 @@ def summary_lines(head: str, rows: list[dict]) -> list[str]:
     return out
 
 
-def _at_length(scored: Callable[..., Score], cfg: Config, common: dict, length: int, positions: torch.Tensor | None,
-               spans: dict[str, int], budgets: dict[str, int],
-               stride: int) -> tuple[list[dict], list[dict], list[dict]]:
-    """(eval rows, per-position rows, per-window rows) of one eval length in every configured mode: one pass in
-    non-overlapping blocks serves ``nonoverlapping`` and ``per_position``, one sliding pass ``sliding``.
-    ``scored(mode, length, advance, targets, positions)`` scores the windows of one pass; ``stride``: the sliding
-    stride setting S."""
-    ecfg = cfg.eval
-    rows: list[dict] = []
-    pos_rows: list[dict] = []
-    win_rows: list[dict] = []
-    if {"nonoverlapping", "per_position"} & set(ecfg.modes):
-        s = scored("nonoverlapping" if "nonoverlapping" in ecfg.modes else "per_position", length, length,
-                   spans["nonoverlapping"], positions)
-        if "nonoverlapping" in ecfg.modes:
-            rows.append(_row(common, "nonoverlapping", length, "", budgets["nonoverlapping"], s))
-            win_rows += _window_rows(rows[-1], s)
-        if "per_position" in ecfg.modes:
-            pos_rows.extend(_position_rows({**common, "budget": budgets["nonoverlapping"]}, s, ecfg.position_buckets))
-    if "sliding" in ecfg.modes:
-        s = scored("sliding", length, min(stride, length), spans["sliding"], positions)
-        rows.append(_row(common, "sliding", min(stride, length), stride, budgets["sliding"], s))
-        win_rows += _window_rows(rows[-1], s)
-    return rows, pos_rows, win_rows
+def _at_length(scored: Callable[[Pass, int, torch.Tensor | None], Score], cfg: Config, common: dict, length: int,
+               positions: torch.Tensor | None, todo: list[Pass]) -> Evaluation:
+    """Rows of one eval length in every configured mode: the nonoverlapping pass serves ``nonoverlapping`` and
+    ``per_position``, the sliding pass ``sliding``. ``scored(pass, length, positions)`` scores one pass."""
+    modes, out = cfg.eval.modes, Evaluation()
+    for p in todo:
+        s = scored(p, length, positions)
+        if p.mode in modes:
+            out.rows.append(_row(common, p, s))
+            out.windows += _window_rows(out.rows[-1], s)
+        if p.mode == "nonoverlapping" and "per_position" in modes:
+            out.positions += _position_rows({**common, "budget": p.budget}, s, cfg.eval.position_buckets)
+    return out
+
+
+def context_rows(base: dict, L: int, scores: dict[int, Score], budget: int | str) -> list[dict]:
+    """Context use (see the module's docstring) at every length longer than L, from the nonoverlapping passes'
+    per-window range sums (``scores``: length → its Score, every length on the same span). A pair of ranges one of
+    whose sides scored nothing, or is not finite (its eval row says ``nonfinite``), is left out. Empty when L itself
+    was not evaluated."""
+    if L not in scores or not math.isfinite(scores[L].loss):
+        return []
+    longest = max(scores)
+    ref = _per_block(scores[L], L, longest)  # (blocks, 2): nll and count of [L/2, L)
+    out = []
+    for length, s in sorted(scores.items()):
+        if length <= L or not math.isfinite(s.loss):
+            continue
+        sums = _per_block(s, length, longest)  # (blocks, 2·R)
+        for j, (a, b) in enumerate(context_ranges(L, length)):
+            part = sums[:, 2 * j : 2 * j + 2]
+            if part[:, 1].sum() == 0 or ref[:, 1].sum() == 0:
+                continue
+            g = stats.context_gain(part[:, 0], part[:, 1], ref[:, 0], ref[:, 1])
+            out.append({**base, "L_eval": length, "ratio": round(length / L, 4), "pos_start": a, "pos_end": b,
+                        "loss": round(g.loss, 6), "ref_loss": round(g.ref_loss, 6), "gain": round(g.gain, 6),
+                        "lo": round(g.interval.lo, 6), "hi": round(g.interval.hi, 6), "blocks": g.interval.n,
+                        "tokens": int(part[:, 1].sum()), "budget": budget, "tokens_scored": s.tokens})
+    return out
+
+
+def _per_block(s: Score, length: int, longest: int) -> np.ndarray:
+    """(blocks, 2·R): per block of ``longest`` tokens, each range's summed nll and count, interleaved, from the
+    per-window sums of a nonoverlapping pass at ``length`` (window w lies in block w·length // longest)."""
+    nll, count = np.asarray(s.range_nll, dtype=np.float64), np.asarray(s.range_count, dtype=np.float64)
+    block = np.arange(len(nll)) * length // longest
+    out = np.zeros((int(block[-1]) + 1, 2 * nll.shape[1]))
+    np.add.at(out[:, 0::2], block, nll)
+    np.add.at(out[:, 1::2], block, count)
+    return out
 
 
 def eval_positions(cfg: Config, length: int, device: torch.device) -> torch.Tensor | None:
@@ -243,9 +364,10 @@ def eval_positions(cfg: Config, length: int, device: torch.device) -> torch.Tens
     return random_positions(n, length, torch.Generator().manual_seed(RANDOM_POSITIONS_SEED + length)).to(device)
 
 
-def _row(common: dict, mode: str, stride: int, S: int | str, budget: int, s: Score) -> dict:
+def _row(common: dict, p: Pass, s: Score) -> dict:
     """One evaluation row. A non-finite loss (overflow, a broken model) is status ``nonfinite``, never ``ok``."""
-    row = {**common, "mode": mode, "stride": stride, "S": S, "budget": budget, "tokens_scored": s.tokens}
+    row = {**common, "mode": p.mode, "stride": p.advance, "S": p.S, "budget": p.budget, "warmup": p.start,
+           "tokens_scored": s.tokens}
     if not math.isfinite(s.loss) or s.loss >= 700:  # exp overflows float64 past ~709
         return {**row, "loss": "nan", "ppl": "nan", "bpb": "nan", "status": "nonfinite",
                 "note": "non-finite loss: the model overflowed or its weights are not finite"}
@@ -255,7 +377,7 @@ def _row(common: dict, mode: str, stride: int, S: int | str, budget: int, s: Sco
 
 def _window_rows(row: dict, s: Score) -> list[dict]:
     """Per-window summed nll and scored tokens, enough to recompute the row and its uncertainty afterwards."""
-    key = {k: row[k] for k in WINDOW_COLUMNS[:10]}
+    key = {k: row[k] for k in WINDOW_KEY}
     return [{**key, "window": i, "nll": round(n, 6), "tokens": t}
             for i, (n, t) in enumerate(zip(s.window_nll, s.window_tokens))]
 

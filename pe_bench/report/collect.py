@@ -17,17 +17,18 @@ from pe_bench import tasks
 from pe_bench.build import build_scheme
 from pe_bench.config import Config, reference_length, run_lengths, scheme_spec, with_options
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS
+from pe_bench.evaluate.perplexity import budget_label, sliding_stride
 from pe_bench.finetune import finetune_tag, method_tag
 from pe_bench.report.files import (NOT_A_NUMBER, NUMERIC, POSITION_NUMERIC, POSITION_REQUIRED,
                                    check_against_windows, legacy_labels, read_accuracy_rows, read_eval_rows,
-                                   read_whole_csv, read_windows)
+                                   read_context, read_whole_csv, read_windows)
 from pe_bench.report.labels import TAGGED, UNLABELLED, config_identity, flatten, labelled, mixed_numerics
 from pe_bench.runs import Run, RunFileError, digest, identity
 from pe_bench.tasks import build_task
 
 FINETUNE_COLUMNS = ("ft_parent", "ft_steps", "ft_method", "bare")  # collect_all's columns for the extension table
 PERPLEXITY_KEY = ["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision",
-                  "tokens_scored"]  # a row of one run: a second row with the same key is a second copy of the run
+                  "warmup", "tokens_scored"]  # a row of one run: a second row with the same key is a second copy of the run
 ACCURACY_KEY = ["config", "seed", "task", "scheme", "L_eval", "depth", "examples", "step", "precision"]
 
 
@@ -40,11 +41,13 @@ class Collected:
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)
     meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # context use past L (context.csv) of the runs whose rows are in df, with their 'label' and 'config'
+    context: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def __post_init__(self) -> None:
         """Rows made elsewhere (tests, older files) without identity columns: one configuration per scheme label."""
         if not self.df.empty:
-            defaults = {"label": self.df["scheme"], "config": "", "group": "", "budget": "", "S": "", "step": 0,
+            defaults = {"label": self.df["scheme"], "config": "", "group": "", "budget": "", "S": "", "warmup": "0", "step": 0,
                         "steps": 0, "run": "", "precision": "", "ft_parent": "", "ft_steps": 0,
                         "ft_method": self.df["scheme"], "bare": ""}
             missing = {k: v for k, v in defaults.items() if k not in self.df}
@@ -149,7 +152,18 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         usual = df[~diverged].groupby("config")["precision"].agg(lambda p: p.mode().iloc[0]).to_dict()
         df.loc[diverged, "precision"] = [usual.get(c, "fp32") for c in df.loc[diverged, "config"]]
     df = _without_copies(df, PERPLEXITY_KEY, read.left)
-    return Collected(labelled(df, read.flat, read.tags, read.flat_scheme), read.windows, read.left, read.meta)
+    df = labelled(df, read.flat, read.tags, read.flat_scheme)
+    return Collected(df, read.windows, read.left, read.meta, _labelled_context(read.context, df))
+
+
+def _labelled_context(frames: list[pd.DataFrame], df: pd.DataFrame) -> pd.DataFrame:
+    """The context-use rows of the runs kept in ``df``, each with the 'label', 'config' and 'group' of its run's
+    eval rows of the same scheme label."""
+    frames = [f for f in frames if not f.empty]
+    if not frames or df.empty:
+        return pd.DataFrame()
+    names = df[["run", "scheme", "label", "config", "group"]].drop_duplicates(["run", "scheme"])
+    return pd.concat(frames, ignore_index=True).merge(names, on=["run", "scheme"], how="inner")
 
 
 @dataclass
@@ -165,12 +179,14 @@ class _Read:
     flat_scheme: dict[str, dict[str, str]] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    context: list[pd.DataFrame] = field(default_factory=list)
 
 
 def _read_runs(runs: list[Run]) -> _Read:
     read = _Read()
-    for run, cfg, meta, (d, run_windows), ident, config_id in _readable(runs, _eval_frame, read.left):
+    for run, cfg, meta, (d, run_windows, context), ident, config_id in _readable(runs, _eval_frame, read.left):
         read.windows.update(run_windows)
+        read.context.append(context)
         read.meta[run.path.name] = meta
         group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
         read.tags[config_id] = finetune_tag(cfg)
@@ -188,13 +204,13 @@ def _read_runs(runs: list[Run]) -> _Read:
     return read
 
 
-def _eval_frame(run: Run, cfg: Config, meta: dict[str, Any]) -> tuple[pd.DataFrame, dict]:
-    """A run's eval rows as a frame, checked against its per-window losses, and those losses."""
+def _eval_frame(run: Run, cfg: Config, meta: dict[str, Any]) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """A run's eval rows as a frame, checked against its per-window losses, those losses, and its context use."""
     rows = _eval_rows(run, cfg, meta)
     run_windows = read_windows(run)
     d = _run_frame(run, cfg, rows)
     check_against_windows(run, d, run_windows)
-    return d, run_windows
+    return d, run_windows, read_context(run)
 
 
 def _eval_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -215,12 +231,13 @@ def _eval_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str, An
 def _run_frame(run: Run, cfg: Config, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """A run's eval rows as a frame, with the columns older files lack and the step of un-stepped rows filled in."""
     d = pd.DataFrame(rows, dtype=object)  # a column some rows lack must not turn the others' integers into floats
-    for c in ("budget", "step", "note", "S", "precision"):
+    for c in ("budget", "step", "note", "S", "precision", "warmup"):
         if c not in d:
             d[c] = ""
     d["step"] = d["step"].replace({None: "", "None": ""}).astype(str).replace("", str(cfg.train.steps))
     for c in ("budget", "S", "precision"):
         d[c] = [("" if pd.isna(v) else str(v)) for v in d[c]]
+    d["warmup"] = [("0" if pd.isna(v) or v in ("", "None") else str(v)) for v in d["warmup"]]  # older files: none
     d.insert(0, "run", run.path.name)
     return d
 
@@ -235,13 +252,14 @@ def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
             "base_scheme": cfg.scheme["name"], "model": cfg.model.name, "data": cfg.data.name, "split": ecfg.split,
             "L_train": L, "seed": cfg.seed, "loss": "nan", "ppl": "nan", "bpb": "nan", "tokens_scored": 0,
             "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}", "step": ""}
-    rows = []
+    rows, S, longest = [], sliding_stride(cfg), max(run_lengths(cfg))
     for label in labels:  # the base scheme and every eval-time variant: each of their rows says 'diverged'
         for n in run_lengths(cfg):
             common = {**base, "scheme": label, "L_eval": n, "ratio": round(n / L, 4)}
-            rows.append({**common, "mode": "nonoverlapping", "stride": n, "S": "", "budget": ecfg.max_tokens})
-            rows.append({**common, "mode": "sliding", "stride": min(ecfg.stride or L, n), "S": ecfg.stride or L,
-                         "budget": ecfg.sliding_max_tokens})
+            rows.append({**common, "mode": "nonoverlapping", "stride": n, "S": "", "warmup": "0",
+                         "budget": budget_label(ecfg.max_tokens)})
+            rows.append({**common, "mode": "sliding", "stride": min(S, n), "S": S, "warmup": longest,
+                         "budget": budget_label(ecfg.sliding_max_tokens)})
     return rows
 
 

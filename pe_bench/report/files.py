@@ -1,10 +1,11 @@
-"""The files pe-bench writes into a run directory, read back whole: eval.csv, accuracy.csv, windows.csv and
-positions.csv with their required columns, statuses and checksums (a file that cannot be read whole is a
+"""The files pe-bench writes into a run directory, read back whole: eval.csv, accuracy.csv, windows.csv,
+positions.csv and context.csv with their required columns, statuses and checksums (a file that cannot be read whole is a
 RunFileError naming it, never used in part), and a report directory replaced all at once."""
 
 from __future__ import annotations
 
 import csv
+import math
 import hashlib
 import io
 import os
@@ -29,9 +30,14 @@ WINDOW_REQUIRED = ("scheme", "split", "L_eval", "mode", "stride", "budget", "ste
                    "tokens")
 # A window's row is keyed like its eval.csv row (EVAL_KEY): the span scored is part of the key, so two evaluations of
 # one length with other length sets (other spans) never pool their windows.
-WINDOW_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "tokens_scored")
+WINDOW_KEY = ("scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision", "warmup",
+              "tokens_scored")
 NOT_A_NUMBER = {"nan", "inf", "-inf", "+inf"}  # what a non-finite loss is written as
 POSITION_NUMERIC = ("L_train", "L_eval", "pos_start", "pos_end", "tokens", "seed")
+CONTEXT_REQUIRED = ("scheme", "split", "L_train", "L_eval", "pos_start", "pos_end", "loss", "ref_loss", "gain", "lo",
+                    "hi", "blocks", "tokens", "seed", "budget", "step", "precision", "tokens_scored")
+CONTEXT_NUMERIC = ("L_train", "L_eval", "pos_start", "pos_end", "loss", "ref_loss", "gain", "lo", "hi", "blocks",
+                   "tokens", "seed", "tokens_scored")
 POSITION_REQUIRED = ("scheme", "split", "L_train", "L_eval", "pos_start", "pos_end", "loss", "tokens", "seed")
 
 
@@ -139,9 +145,9 @@ def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
         if None in r or any(v is None for v in r.values()):
             raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
     w = pd.DataFrame(rows, columns=columns, dtype=str)
-    for c in ("S", "precision"):
+    for c, old in (("S", ""), ("precision", ""), ("warmup", "0")):  # columns older files lack: their value then
         if c not in w:
-            w[c] = ""
+            w[c] = old
     numbers = {c: pd.to_numeric(w[c], errors="coerce") for c in ("nll", "tokens", "window")}
     for c, v in numbers.items():
         bad = v.isna() & ~w[c].str.strip().str.lower().isin(NOT_A_NUMBER)
@@ -164,11 +170,38 @@ def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def read_context(run: Run) -> pd.DataFrame:
+    """A run's context.csv (context use past L, pe_bench.evaluate.perplexity.context_rows) with a ``run`` column,
+    checked whole: a line with the wrong number of fields or a value that is not a number is a RunFileError naming
+    the file. No file: an empty frame."""
+    if not run.context_csv.exists():
+        return pd.DataFrame()
+    rows, columns = read_whole_csv(run.context_csv, None, CONTEXT_REQUIRED, allow_empty=True)
+    d = pd.DataFrame(rows, columns=columns, dtype=str)
+    if d.isna().any().any():
+        raise RunFileError(f"{run.context_csv} has a line with the wrong number of fields (truncated or edited)")
+    for c in CONTEXT_NUMERIC:
+        v = pd.to_numeric(d[c], errors="coerce")
+        if v.isna().any():
+            line = int(np.flatnonzero(v.isna().to_numpy())[0]) + 2
+            raise RunFileError(f"{run.context_csv} line {line} holds a {c} that is not a number: "
+                               f"{d[c][v.isna()].iloc[0]!r}; re-evaluate the run with `pe-bench eval`")
+        d[c] = v
+    d["scheme"] = d["scheme"].map(legacy_labels(run))
+    return d.assign(run=run.path.name)
+
+
 def window_key(run: str, r: Any) -> tuple:
     """The :func:`read_windows` key of an eval row (a dict or a namedtuple of the collected table)."""
-    get = r.get if isinstance(r, dict) else lambda c: getattr(r, c)
-    return (run, *(str(int(float(get(c)))) if c in ("L_eval", "stride", "tokens_scored") else str(get(c))
-                   for c in WINDOW_KEY))
+    get = r.get if isinstance(r, dict) else lambda c: getattr(r, c, None)
+
+    def value(c: str) -> str:
+        v = get(c)
+        if c == "warmup" and (v is None or v == "" or (isinstance(v, float) and math.isnan(v))):
+            return "0"  # rows of a file older than the column: no warm-up then
+        return str(int(float(v))) if c in ("L_eval", "stride", "tokens_scored", "warmup") else str(v)
+
+    return (run, *(value(c) for c in WINDOW_KEY))
 
 
 def recomputed_ppl(w: tuple[np.ndarray, np.ndarray]) -> float:

@@ -80,7 +80,7 @@ def labelled(df: pd.DataFrame, flat: dict[str, dict[str, str]], tags: dict[str, 
     # One evaluation scores the same span at every length (a multiple of its longest length); evaluations with
     # other length sets score other spans: their rows are labelled apart (· scored=N), never averaged with these.
     # The span evaluated at the most lengths (then the longest span) keeps the configuration's own label.
-    span_key = ["config", "split", "mode", "budget", "S", "precision", "step"]
+    span_key = ["config", "split", "mode", "budget", "S", "precision", "warmup", "step"]
     scored = df[df["tokens_scored"] > 0]
     for key, g in scored.groupby(span_key):
         if g["tokens_scored"].nunique() > 1:

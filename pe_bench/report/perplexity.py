@@ -71,22 +71,93 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
         broken = [cells[k] for k in (str(L), str(lengths[-1])) if cells.get(k) in ("diverged", "nan")]
         cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last)
                               else round(float(last / base), 3))
+        if mode == "nonoverlapping":
+            cells[GAIN] = (gain_cell(col, r[r["L_eval"] == lengths[-1]], int(L), lengths[-1])
+                           if lengths[-1] > int(L) else "—")
         cells["seeds"] = int(r["seed"].nunique())
         cells["interval"] = " / ".join(sorted(kinds)) or "—"
         rows.append(cells)
         index.append((name, int(L)))
     t = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
+    if GAIN in t and (t[GAIN] == "—").all():
+        t = t.drop(columns=GAIN)  # runs evaluated before context use was measured
     t.attrs["best"] = best_marks(col, stats, lengths)
     return t
+
+
+GAIN = "gain past L"  # the column of context use at the longest length (nats per token; negative: helps)
+
+
+def context_of(col: Collected, c: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
+    """The context-use rows (one per seed) of the eval rows ``c`` of one cell, for positions [start, end): the same
+    runs, scheme label, length and evaluation settings."""
+    x = col.context
+    if x.empty or c.empty:
+        return pd.DataFrame()
+    first = c.iloc[0]
+    same = (x["run"].isin(set(c["run"])) & (x["scheme"] == first["scheme"]) & (x["L_eval"] == int(first["L_eval"]))
+            & (x["pos_start"] == start) & (x["pos_end"] == end) & (x["step"].astype(str) == str(first["step"]))
+            & (x["precision"].astype(str) == str(first["precision"])) & (x["budget"].astype(str) == str(first["budget"]))
+            & (x["tokens_scored"] == int(first["tokens_scored"])))
+    return x[same]
+
+
+def gain_cell(col: Collected, c: pd.DataFrame, start: int, end: int) -> str:
+    """``+0.006 [−0.002, +0.014]``: the loss at positions [start, end) minus the loss at [L/2, L) of L windows,
+    nats per token, mean over seeds with its 95 % interval (t over seeds with ≥ 2, else the run's block bootstrap);
+    '—' where a seed has no context-use row (an evaluation older than the measurement, or a length not reached)."""
+    g = context_of(col, c[c["status"] == "ok"], start, end)
+    if g.empty or len(g) != len(c) or (c["status"] != "ok").any():
+        return "—"
+    values = g["gain"].to_numpy(float)
+    if len(values) == 1:
+        lo, hi = float(g["lo"].iloc[0]), float(g["hi"].iloc[0])
+    else:
+        iv = stats.seed_interval(values)
+        lo, hi = iv.lo, iv.hi
+    return f"{values.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def context_table(col: Collected, split: str = "validation") -> pd.DataFrame:
+    """Context use at the longest length of each row of the nonoverlapping table: one column per position range
+    past L ([L, 2L), [2L, 4L), …, [L, longest)), the loss there minus the loss at [L/2, L) of L windows, nats per
+    token, with its interval (:func:`gain_cell`), and the reference loss itself."""
+    d, x = col.df, col.context
+    if d.empty or x.empty:
+        return pd.DataFrame()
+    d = d[(d["mode"] == "nonoverlapping") & (d["split"] == split)]
+    d = d.assign(row=row_names(d))
+    rows, index = [], []
+    for name, L in dict.fromkeys(zip(d["row"], d["L_train"])):
+        r = d[(d["row"] == name) & (d["L_train"] == L)]
+        longest = int(r["L_eval"].max())
+        c = r[r["L_eval"] == longest]
+        mine = x[(x["L_train"] == int(L)) & (x["L_eval"] == longest)]
+        ranges = sorted({(int(a), int(b)) for a, b in zip(mine["pos_start"], mine["pos_end"])},
+                        key=lambda ab: (ab[1] - ab[0] == longest - int(L), ab))  # [L, longest) whole: last
+        if longest <= int(L) or not ranges:
+            continue
+        ref = context_of(col, c, int(L), longest)
+        cells = {"loss [L/2, L)": f"{ref['ref_loss'].mean():.3f}" if len(ref) else "—"}
+        cells |= {f"[{a}, {b})": gain_cell(col, c, a, b) for a, b in ranges}
+        cells["seeds"] = int(c["seed"].nunique())
+        rows.append(cells)
+        index.append((name, int(L)))
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
 
 
 def row_names(d: pd.DataFrame) -> list[str]:
     """The table row of each eval row: its label, plus the evaluation settings (sliding stride S, token budget,
     precision) that differ within its configuration — rows of other settings are never averaged together."""
-    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S", "precision")}
+    if "warmup" not in d:
+        d = d.assign(warmup="0")  # rows of files older than the column
+    varies = {c: d.groupby("config")[c].nunique().max() > 1 for c in ("budget", "S", "precision", "warmup")}
     return [label + (f" · S={S}" if varies["S"] else "") + (f" · tokens={budget}" if varies["budget"] else "")
             + (f" · {prec or 'precision ?'}" if varies["precision"] else "")
-            for label, budget, S, prec in zip(d["label"], d["budget"], d["S"], d["precision"])]
+            + (f" · warm-up={w}" if varies["warmup"] else "")
+            for label, budget, S, prec, w in zip(d["label"], d["budget"], d["S"], d["precision"], d["warmup"])]
 
 
 def _cell_stats(col: Collected, c: pd.DataFrame) -> tuple[str | float, float, str]:
@@ -101,7 +172,7 @@ def _cell_stats(col: Collected, c: pd.DataFrame) -> tuple[str | float, float, st
     text = f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} ± {float(values.std(ddof=1)):.3f}"
     try:
         if len(values) >= 2:
-            iv = stats.seed_interval(values)
+            iv = stats.log_seed_interval(values)
         else:
             w = _cell_windows(col, c)
             if w is None:
@@ -109,7 +180,7 @@ def _cell_stats(col: Collected, c: pd.DataFrame) -> tuple[str | float, float, st
             iv = stats.ppl_interval(list(w.values()), n_boot=BOOTSTRAP)
     except ValueError:
         return text, mean, ""
-    kind = f"t, {len(values)} seeds" if len(values) >= 2 else "bootstrap, windows"
+    kind = f"t on log, {len(values)} seeds" if len(values) >= 2 else "block bootstrap, windows"
     return f"{text} [{iv.lo:.3f}, {iv.hi:.3f}]", mean, kind
 
 
@@ -118,14 +189,15 @@ BOOTSTRAP = 1000  # resamples per interval: the 2.5/97.5 percentiles move by < 0
 
 def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[tuple[str, int, int]]:
     """Cells (row, L, length) not distinguishable from the best of their table group at that length: the lowest mean,
-    and every row whose paired 95% interval of the difference to it contains zero (same windows, same seeds)."""
+    and every row whose paired test against it (same windows, same seeds) is not rejected by Holm's step-down
+    correction over the group's comparisons at 5 % family-wise."""
     marks: set[tuple[str, int, int]] = set()
     for n in lengths:
         by_group: dict[tuple, list] = {}
         for (name, L, m), (mean, c) in stats_by_cell.items():
             if m == n and not pd.isna(mean):
                 key = (c["group"].iloc[0], L, c["budget"].iloc[0], c["S"].iloc[0], c["precision"].iloc[0],
-                       c["tokens_scored"].iloc[0])  # rows compete only on the same windows
+                       c["warmup"].iloc[0], c["tokens_scored"].iloc[0])  # rows compete only on the same windows
                 by_group.setdefault(key, []).append((mean, name, L, c))
         for members in by_group.values():
             members.sort(key=lambda x: x[0])
@@ -134,7 +206,8 @@ def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[t
             if any(p is None for _, _, p in tests):
                 continue  # a row without per-window losses cannot be tested: no claim about this group
             marks.add((best_name, best_L, n))
-            marks |= {(name, L, n) for name, L, p in tests if not p.excludes_zero}
+            rejected = stats.holm_rejected([p.p_value for _, _, p in tests])
+            marks |= {(name, L, n) for (name, L, _), r in zip(tests, rejected) if not r}
     return marks
 
 
@@ -162,7 +235,7 @@ def compare(col: Collected, a: str, b: str, split: str = "validation",
                           f"{', '.join(sorted(set(col.df['scheme'])))}")
     d = col.df[(col.df["split"] == split) & col.df["mode"].isin(modes) & col.df["scheme"].isin([a, b])]
     out, why = [], {}
-    settings = ["mode", "group", "L_train", "L_eval", "budget", "S", "precision", "step", "tokens_scored"]
+    settings = ["mode", "group", "L_train", "L_eval", "budget", "S", "precision", "warmup", "step", "tokens_scored"]
     for (mode, *_), g in d.groupby(settings, sort=True):
         row, reason = _compared(col, g, a, b, partial)
         if row is None:
@@ -203,7 +276,7 @@ def _compared(col: Collected, g: pd.DataFrame, a: str, b: str, partial: bool) ->
             f"ppl {a}": round(float(ra["ppl"].mean()), 3), f"ppl {b}": round(float(rb["ppl"].mean()), 3),
             "difference": round(p.diff, 3), "95% interval": f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]",
             "method": f"t, {p.interval.n} seeds" if p.interval.method == stats.T_METHOD
-            else f"paired bootstrap, {p.interval.n} windows",
+            else f"paired block bootstrap, {p.interval.n} windows",
             "excludes 0": "yes" if p.excludes_zero else "no", "verdict": verdict,
             "seeds left out": ", ".join(map(str, dropped)) or "-"}, ""
 
@@ -230,7 +303,12 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
         what = "non-overlapping blocks" if mode == "nonoverlapping" else f"sliding window, stride S={_fmt(stride)}"
         scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
         md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; "
-                  f"{_fmt(scored) if scored else 0} tokens scored per length)\n\n{_markdown(t)}\n\n{LEGEND}\n")
+                  f"{_fmt(scored) if scored else 0} tokens scored per length)\n\n{_markdown(t)}\n\n{LEGEND}"
+                  f"{GAIN_LEGEND if GAIN in t.columns else SLIDING_LEGEND if mode == 'sliding' else ''}\n")
+    ctx = context_table(col, split)
+    if not ctx.empty:
+        md.append(f"\n## Context use past L on the {split} split, at the longest length (nats per token)\n\n"
+                  f"{_markdown(ctx)}\n\n{CONTEXT_LEGEND}\n")
     paths = []
     if parts:
         csv_path = out_dir / "comparison.csv"
@@ -241,11 +319,24 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
     return paths
 
 
-LEGEND = ("Cells: mean perplexity (± std over seeds) [95% interval: over seeds (t) with ≥ 2 seeds, else a bootstrap "
-          "over the evaluation windows — column `interval`]. **Bold**: the best of its column and every row not "
-          "distinguishable from it (paired 95% interval of the difference contains 0). `diverged`/`nan`: a replica "
-          "gave no finite number (never averaged in); `n/a`: the scheme cannot run at that length; `—`: not "
-          "evaluated.")
+LEGEND = ("Cells: mean perplexity (± std over seeds) [95% interval: with ≥ 2 seeds a t interval over the seeds' mean "
+          "log-losses, exponentiated; with one a moving-block bootstrap over the evaluation windows — column "
+          "`interval`]. **Bold**: the best of its column and every row not distinguishable from it (paired tests "
+          "against the best, Holm-corrected to 5 % family-wise). `diverged`/`nan`: a replica gave no finite number "
+          "(never averaged in); `n/a`: the scheme cannot run at that length; `—`: not evaluated.")
+
+
+GAIN_LEGEND = (" `gain past L`: the mean loss at positions [L, longest) of the longest windows minus the mean loss at "
+               "positions [L/2, L) of the L windows, nats per token [95 % interval: t over seeds, or a moving-block "
+               "bootstrap over blocks of the longest length]: negative = the context past L helps; near 0 = the "
+               "model does not break but does not use it; positive = it breaks. A longest/L below 1 with a gain "
+               "near 0 is the early tokens' high loss diluted in longer windows, not context use.")
+SLIDING_LEGEND = (" Sliding: the first (longest length) tokens are context only; every length then scores the same "
+                  "tokens, each with at least L_eval − S tokens of context, so longest/L compares the lengths "
+                  "without the early-token effect.")
+CONTEXT_LEGEND = ("Each column: the mean loss at those positions of the longest windows minus the mean loss at "
+                  "positions [L/2, L) of the L windows (`loss [L/2, L)`), same tokens, nats per token, "
+                  "[95 % interval]; negative = the context past L helps.")
 
 
 def _fmt(strides) -> str:
@@ -280,7 +371,7 @@ def rich_table(t: pd.DataFrame, title: str, wide: bool = True, styled: bool = Tr
 def _rich_table(t: pd.DataFrame, title: str, wide: bool, styled: bool, scheme_width: int | None) -> Table:
     marker = ("[bold]", "[/bold]") if styled else ("", "*")
     table = Table(title=title, header_style="bold", box=None if not wide else box.HEAVY_HEAD, pad_edge=False,
-                  caption=f"{'bold' if styled else '*'}: not distinguishable from the best (paired 95%)")
+                  caption=f"{'bold' if styled else '*'}: not distinguishable from the best (paired, Holm 5%)")
     columns = [c for c in t.columns if wide or c != "interval"]
     table.add_column("scheme", no_wrap=scheme_width is None, overflow="fold", max_width=scheme_width)
     table.add_column("L", justify="right")

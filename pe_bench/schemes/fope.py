@@ -7,9 +7,11 @@ the first K' = min(K, d/4) rotated pairs of a head then carries a Fourier series
 
 and x ↦ x ⊙ [C, C] + rotate_half(x) ⊙ [S, S] for q and k alike. The other d/2 − K' pairs are padded with C = S = 1: a
 fixed, position-free transform (the zero frequency). The coefficients a, b are fixed, drawn per layer and head at
-initialisation as the identity plus a Xavier-normal draw of gain σ (``eye_xavier_norm``, σ = 0.3 for the paper's
-60M model) and kept with the weights. With coefficients off the identity the score is RoPE's plus cross-frequency
-terms, not a function of the distance alone."""
+initialisation as a Xavier-normal draw of gain σ plus the code's step identity (``eye_xavier_norm`` with
+``get_step_eye``, σ = 0.3 for the paper's 60M model) and kept with the weights. The step identity has, with
+step = ⌈K/K'⌉, a 1 at (i·step, i) for every column i with i·step < K: the identity when K = K'; when K > K', pair i
+starts on kept frequency i·step, and a column with i·step >= K starts from the draw alone. With coefficients off the
+identity the score is RoPE's plus cross-frequency terms, not a function of the distance alone."""
 
 from __future__ import annotations
 
@@ -35,12 +37,25 @@ def kept_frequencies(head_dim: int, base: float, L: int) -> torch.Tensor:
     return omega[omega >= 2 * math.pi / L]
 
 
+def step_identity(k_in: int, k_out: int) -> torch.Tensor:
+    """(K, K') float32: the authors' identity-like start (``get_step_eye``): with step = ⌈K/K'⌉, a 1 at (i·step, i)
+    for each column i with i·step < K, 0 elsewhere; the identity when K = K'."""
+    eye = torch.zeros(k_in, k_out)
+    if k_in * k_out == 0:
+        return eye
+    step = -(-k_in // k_out)
+    cols = torch.arange(k_out)
+    cols = cols[cols * step < k_in]
+    eye[cols * step, cols] = 1.0
+    return eye
+
+
 def fourier_coefficients(layers: int, heads: int, k_in: int, k_out: int, sigma: float) -> torch.Tensor:
-    """(layers, heads, K, K') float32: the identity plus a Xavier-normal draw of gain σ per layer (torch's fans of an
-    (H, K, K') tensor: fan_in = K·K', fan_out = H·K'), from the global generator (the run's seed)."""
-    eye = torch.eye(k_in, k_out)
+    """(layers, heads, K, K') float32: the step identity plus a Xavier-normal draw of gain σ per layer (torch's fans
+    of an (H, K, K') tensor: fan_in = K·K', fan_out = H·K'), from the global generator (the run's seed)."""
     if k_in * k_out == 0:
         return torch.zeros(layers, heads, k_in, k_out)
+    eye = step_identity(k_in, k_out)
     std = sigma * math.sqrt(2.0 / (k_in * k_out + heads * k_out))
     return torch.stack([eye + std * torch.randn(heads, k_in, k_out) for _ in range(layers)])
 

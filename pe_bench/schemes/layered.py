@@ -2,8 +2,9 @@
 
 The default is RoPE on three layers of four and NoPE on every fourth (layers 3, 7, …): SmolLM3's
 ``no_rope_layer_interval=4`` and the RNoPE architecture of Yang et al. 2025 ("Rope to Nope and back again: a new
-hybrid attention strategy", arXiv:2501.18795, §4), also Llama 4's interleaved NoPE layers (whose query temperature
-is a separate option). Any schemes that act on q/k or on the scores can be interleaved
+hybrid attention strategy", arXiv:2501.18795, §4), also Llama 4's interleaved NoPE layers (without their q scale
+1 + 0.1·ln(1 + ⌊(i + 1)/8192⌋), which no scheme here reproduces; ``ssmax``'s s·ln n is a related but different
+one). Any schemes that act on q/k or on the scores can be interleaved
 (``scheme.parts=[{name: rope}, {name: alibi}] scheme.pattern=[0,1]``); a part acting on the input embedding is
 refused, since the input is embedded once, before every layer. Each hook of a layer is its part's, called with the
 layer's index (``rotate`` and the score hooks take it), so per-layer parts (KERPLE, FIRE, Shaw) keep their

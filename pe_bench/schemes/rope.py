@@ -24,9 +24,11 @@ base b, original (training) length L, exactly as Hugging Face ``modeling_rope_ut
   ⌊i/G⌋ + w − ⌊w/G⌋ and the key at ⌊j/G⌋ (G = ``factor``), merged per (query, key) before one softmax;
 - ``lm_infinite`` — LM-Infinite (Han et al. 2024, arXiv:2308.16137): a Λ-shaped mask — the first n keys
   (``global_tokens``, default 10) and a local window w (default L) — with distances capped at L;
-- ``streaming`` — attention sinks / StreamingLLM (Xiao et al. 2024, arXiv:2309.17453): n sink tokens (default 4)
-  and the w most recent keys (default L − n), at their positions in that cache: a sink j past the window sits at
-  distance n + w − 1 − j.
+- ``streaming`` — attention sinks / StreamingLLM (Xiao et al. 2024, arXiv:2309.17453), as mit-han-lab/streaming-llm
+  decodes token by token: n sink tokens (default 4) and the w most recent keys, the query's own included (default
+  L − n; the code's start_size = n, recent_size = w − 1), at their positions in that cache. Nothing is evicted until
+  the cache exceeds n + w − 1 keys: queries i < n + w see every key at its true position; from i = n + w on a sink j
+  sits at distance n + w − 1 − j and the keys j >= n with i − j >= w are gone.
 - ``dual_chunk`` — dual chunk attention (ChunkLlama, An et al. 2024, arXiv:2402.17463), as HKUNLP/ChunkLlama indexes
   it: with c = L, S = ⌊3c/4⌋ and a local window w (default c/8), chunks of C = S − w tokens; a key sits at j mod C,
   a query at i mod C for keys of its own chunk, at min(i mod C + C, S) for the chunk before, at min(2C − 1, S)
@@ -332,7 +334,8 @@ class RoPE(Scheme):
         - rerope: d >= w at distance w (a = w, b = 0);
         - self_extend: d >= w at the grouped positions a = ⌊i/G⌋ + w − ⌊w/G⌋, b = ⌊j/G⌋ (LongLM's merge);
         - lm_infinite: keys j >= n with d >= w dropped; every key seen at d >= L at distance L (a = L, b = 0);
-        - streaming: keys j >= n with d >= w dropped; a sink j with d >= w at its cache distance n + w − 1 − j;
+        - streaming: once the cache is full (i >= n + w), keys j >= n with d >= w dropped and every sink j at its
+          cache distance n + w − 1 − j; plain RoPE for i < n + w;
         - dual_chunk: every pair moved (``dual_chunk_terms``)."""
         if not self.has_score_terms():
             return None
@@ -348,6 +351,8 @@ class RoPE(Scheme):
             G = int(self.options.scaling.factor)
             moved, q_shift, k_shift = beyond, q_pos // G + w - w // G - q_pos, k_pos // G - k_pos
         else:
+            if sc == "streaming":  # StartRecentKVCache evicts only once it holds more than n + w − 1 keys
+                beyond = beyond & (q_pos >= n + w)[:, None]
             dropped = beyond & (k_pos >= n)[None, :]
             if sc == "lm_infinite":
                 L = self.original_length

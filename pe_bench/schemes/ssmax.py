@@ -1,7 +1,11 @@
 """Length-dependent attention temperature: Scalable-Softmax (SSMax, Nakanishi 2025, arXiv:2501.19399, eq. 2) —
 softmax(s·ln n · z) over the n logits z a query sees — here for causal attention, where query position i sees
-n = i + 1 keys; the log-n scaling of Llama 4's NoPE layers is the same idea. The scale multiplies q, so it scales
-q·k (the content logits); an additive score bias of another scheme composed with it (``hybrid``) is not scaled.
+n = i + 1 keys. Llama 4's NoPE layers use a related but different length-dependent q scale (Hugging Face
+``Llama4TextAttention``, attn_temperature_tuning with attn_scale 0.1 and floor_scale 8192):
+q × (1 + 0.1·ln(1 + ⌊(i + 1)/8192⌋)), exactly 1 below position 8191 and then growing in steps with the number of
+8192-token blocks, not s·ln n.
+The scale multiplies q, so it scales q·k (the content logits); an additive score bias of another scheme composed
+with it (``hybrid``) is not scaled.
 
 s is one scalar per layer and head, learnt (SSMax), initialised to 1/ln L so that the scale is 1 at n = L;
 ``learned: false`` fixes it there: logits × ln n / ln L, the issue's form. On its own the scheme is NoPE plus the
