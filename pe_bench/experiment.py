@@ -303,7 +303,7 @@ def _expected_keys(cfg: Config, label: str, step: int, device: torch.device,
             if p.mode in cfg.eval.modes:
                 key = _key({"scheme": label, "split": cfg.eval.split, "L_eval": n, "mode": p.mode,
                             "stride": p.advance, "S": p.S, "budget": p.budget, "step": step,
-                            "precision": precision, "warmup": p.start}, EVAL_KEY[:-1])
+                            "precision": precision, "warmup": p.warmup}, EVAL_KEY[:-1])
                 out.add((key, str(p.span)))
     return out
 

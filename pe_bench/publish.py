@@ -15,6 +15,7 @@ from pe_bench.report.accuracy import write_accuracy_files
 from pe_bench.report.collect import Accuracy, Collected
 from pe_bench.report.extension import extension_table, write_extension
 from pe_bench.report.files import replace_together
+from pe_bench.report.headroom import write_headroom
 from pe_bench.report.leaderboard import write_leaderboard_files
 from pe_bench.report.perplexity import MODES, write_table_files
 
@@ -32,6 +33,7 @@ def _report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, ti
     col, written = write_table_files(df, out, title, split)
     fine_tunes = extension_table(col, "nonoverlapping", split)
     written += write_extension(fine_tunes, out, title, split)
+    written += write_headroom(col, out, title, split)
     if draw:
         if not fine_tunes.empty:
             written.append(figures.plot_extension(fine_tunes, out / "ppl_vs_finetune_steps.png", title))

@@ -13,7 +13,7 @@ from pe_bench.build import build_model
 from pe_bench.config import compose, eval_lengths
 from pe_bench.data import DataError
 from pe_bench.evaluate.perplexity import (RANDOM_POSITIONS_SEED, Pass, Score, _row, check_feasible, context_ranges,
-                                         eval_positions, evaluate,
+                                         eval_positions, evaluate, passes, sliding_segments,
                                          score_windows, scored_span, window_ends)
 from pe_bench.schemes.base import LengthNotSupported
 
@@ -45,11 +45,24 @@ def test_sliding_with_S_equal_to_the_length_is_nonoverlapping_after_the_warm_up(
     ev = evaluate(model, cfg, tokens, tb, DEV, quiet=True)
     sliding = {r["L_eval"]: r for r in ev.rows if r["mode"] == "sliding"}
     assert sliding[32]["stride"] == 32 and sliding[32]["tokens_scored"] == 2048 and sliding[32]["warmup"] == 32
-    # the first 32 tokens (the longest length) are context only: then blocks of 32, as nonoverlapping from there
-    shifted = score_windows(model, tokens[32:], tb, 32, 32, 2048, 4096, DEV, False)
-    assert sliding[32]["loss"] == round(shifted.loss, 6)
+    # 16 segments of 128 targets (4 windows of the longest length) spread over the 5000 tokens, each after 32 tokens
+    # of context only: in each, blocks of 32 as nonoverlapping from there
+    free = 4999 - 16 * (32 + 128)
+    starts = [j * 160 + j * free // 15 for j in range(16)]
+    assert sliding_segments(5000, 2048, 32) == (2048, tuple(starts))
+    want = [score_windows(model, tokens, tb, 32, 32, 128, 4096, DEV, False, start=s + 32) for s in starts]
+    assert sliding[32]["loss"] == round(sum(w.nll for w in want) / 2048, 6)
     assert [w["nll"] for w in ev.windows if w["mode"] == "sliding" and w["L_eval"] == 32] == \
-        [round(n, 6) for n in shifted.window_nll]
+        [round(n, 6) for w in want for n in w.window_nll]
+
+
+def test_sliding_segments_spread_over_the_split_and_fit_it():
+    assert sliding_segments(303_600, 16384, 512) == (16384, tuple(j * 2560 + j * (303_599 - 8 * 2560) // 7
+                                                                  for j in range(8)))
+    n, starts = sliding_segments(3000, 2048, 512)  # room for one segment only: its warm-up, then the span
+    assert starts == (0,) and n == 2048
+    n, starts = sliding_segments(600, 64, 16)  # one segment of 64 targets
+    assert (n, starts) == (64, (0,))
 
 
 def test_sliding_scores_the_same_tokens_at_every_length_each_with_at_least_length_minus_S_context(setup):
@@ -356,9 +369,10 @@ def test_rows_of_lengths_a_scheme_cannot_evaluate_are_not_applicable_with_the_re
                        positions=eval_positions(cfg, 16, DEV))
     plain = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 16, rows[0]["tokens_scored"], 4096, DEV)
     assert rows[0]["mode"] == "nonoverlapping" and rows[0]["loss"] == round(at.loss, 6) != round(plain.loss, 6)
-    slid = score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 8, rows[1]["tokens_scored"], 4096, DEV,
-                         positions=eval_positions(cfg, 16, DEV), start=24)
-    assert rows[1]["mode"] == "sliding" and rows[1]["loss"] == round(slid.loss, 6)
+    [_, p] = passes(cfg, 16, len(tokens))
+    slid = [score_windows(model, tokens, np.ones(256, dtype=np.int64), 16, 8, n, 4096, DEV,
+                          positions=eval_positions(cfg, 16, DEV), start=a) for a, n in p.segments()]
+    assert rows[1]["mode"] == "sliding" and rows[1]["loss"] == round(sum(x.nll for x in slid) / p.span, 6)
     assert f"RUN eval L=24: not applicable ({reason})" in capsys.readouterr().out.splitlines()
 
 

@@ -4,9 +4,10 @@ context past its training length.
 - ``nonoverlapping``: the token stream is cut into blocks of ``L_eval`` tokens, every token scored once (the ALiBi
   paper's headline protocol). Early tokens of each block see little context (the "early-token curse"): a longer
   block lowers the mean loss by diluting them, even for a model that ignores the extra context.
-- ``sliding``: the first ``warmup`` tokens (the longest evaluation length) are context only; then windows of
-  ``L_eval`` tokens advance by stride S and score only their last S tokens, so every scored token sees at least
-  ``L_eval − S`` tokens of context, and every length scores the same tokens (Press et al. 2022, Appendix B).
+- ``sliding``: in segments spread evenly over the split, the first ``warmup`` tokens (the longest evaluation
+  length) are context only; then windows of ``L_eval`` tokens advance by stride S and score only their last S
+  tokens, so every scored token sees at least ``L_eval − S`` tokens of context, and every length scores the same
+  tokens (Press et al. 2022, Appendix B).
 - ``per_position``: mean loss by position inside the window (bucketed), from the nonoverlapping pass, showing where
   extrapolation breaks.
 
@@ -82,6 +83,16 @@ class Score:
     @property
     def loss(self) -> float:
         return self.nll / self.tokens
+
+    def extend(self, other: Score) -> None:
+        """Add the windows of another pass at the same length after this one's."""
+        self.nll += other.nll
+        self.tokens += other.tokens
+        self.bytes += other.bytes
+        self.pos_nll = self.pos_nll + other.pos_nll
+        self.pos_count = self.pos_count + other.pos_count
+        for f in ("window_nll", "window_tokens", "range_nll", "range_count"):
+            getattr(self, f).extend(getattr(other, f))
 
     @property
     def bpb(self) -> float:
@@ -205,14 +216,35 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class Pass:
-    """One way of scoring a length: windows advance by ``advance`` over targets start+1..start+span."""
+    """One way of scoring a length: in each segment starting at token ``starts[j]``, ``warmup`` tokens of context
+    only, then windows advancing by ``advance`` over the next span / len(starts) targets."""
 
     mode: str
     advance: int
-    start: int  # warm-up: context-only tokens before the first scored target
-    span: int
+    warmup: int  # context-only tokens before each segment's first scored target
+    span: int  # targets scored in all
     budget: int | str  # the setting that chose the span ("all": the whole split)
     S: int | str  # the sliding stride setting; "" for nonoverlapping
+    starts: tuple[int, ...] = (0,)
+
+    def segments(self) -> list[tuple[int, int]]:
+        """(first target − 1, targets) of each segment."""
+        per = self.span // len(self.starts)
+        return [(s + self.warmup, per) for s in self.starts]
+
+    def windows(self, length: int) -> int:
+        return sum(len(window_ends(length, self.advance, n, a)) for a, n in self.segments())
+
+
+def sliding_segments(n_tokens: int, span: int, longest: int) -> tuple[int, tuple[int, ...]]:
+    """(targets scored, segment starts) of the sliding evaluation: segments of MIN_WINDOWS·longest targets or more,
+    each after its own warm-up of ``longest`` tokens, spread evenly over the split (so that a token budget smaller
+    than the split samples all of it, not its first pages)."""
+    available, seg = n_tokens - 1, MIN_WINDOWS * longest
+    n = max(1, min(span // seg, available // (longest + seg)))
+    per = min(span // n, available // n - longest)
+    free = available - n * (longest + per)
+    return n * per, tuple(j * (longest + per) + (j * free) // (n - 1 if n > 1 else 1) for j in range(n))
 
 
 def passes(cfg: Config, length: int, n_tokens: int) -> list[Pass]:
@@ -225,9 +257,9 @@ def passes(cfg: Config, length: int, n_tokens: int) -> list[Pass]:
             ecfg.max_tokens), ""))
     if "sliding" in ecfg.modes:
         S = sliding_stride(cfg)
-        out.append(Pass("sliding", min(S, length), longest,
-                        scored_span(n_tokens, ecfg.sliding_max_tokens, longest, warmup=longest),
-                        budget_label(ecfg.sliding_max_tokens), S))
+        span, starts = sliding_segments(n_tokens, scored_span(n_tokens, ecfg.sliding_max_tokens, longest,
+                                                              warmup=longest), longest)
+        out.append(Pass("sliding", min(S, length), longest, span, budget_label(ecfg.sliding_max_tokens), S, starts))
     return out
 
 
@@ -260,11 +292,14 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
     def scored(p: Pass, length: int, positions: torch.Tensor | None) -> Score:
         ranges = context_ranges(L, length) if p.mode == "nonoverlapping" else []
         what = p.mode if p.mode in cfg.eval.modes else "per_position"  # a pass made for the curves alone
-        shown = EvalProgress(f"{head} L={length} {what}", len(window_ends(length, p.advance, p.span, p.start)),
-                             bar, each)
+        shown = EvalProgress(f"{head} L={length} {what}", p.windows(length), bar, each)
+        s = Score(pos_nll=np.zeros(length), pos_count=np.zeros(length))
         try:
-            s = score_windows(model, tokens, token_bytes, length, p.advance, p.span, cfg.eval.tokens_per_batch,
-                              device, bf16, positions, shown.update, p.start, ranges)
+            for start, n in p.segments():
+                done = s.tokens
+                s.extend(score_windows(model, tokens, token_bytes, length, p.advance, n, cfg.eval.tokens_per_batch,
+                                       device, bf16, positions, lambda w, t: shown.update(w, done + t), start,
+                                       ranges))
         finally:
             shown.close()
         shown.finish(s.loss, len(s.window_tokens), s.tokens)
@@ -281,7 +316,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         except LengthNotSupported as e:
             EvalProgress(f"{head} L={length}", 0, bar=False, quiet=each).skip(str(e))
             out.rows += [{**common, "mode": p.mode, "stride": p.advance, "S": p.S, "budget": p.budget,
-                          "warmup": p.start, "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0,
+                          "warmup": p.warmup, "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0,
                           "status": "not_applicable", "note": str(e)} for p in todo if p.mode in cfg.eval.modes]
     if "nonoverlapping" in cfg.eval.modes:
         out.context = context_rows(base, L, blocks, budget_label(cfg.eval.max_tokens))
@@ -366,7 +401,7 @@ def eval_positions(cfg: Config, length: int, device: torch.device) -> torch.Tens
 
 def _row(common: dict, p: Pass, s: Score) -> dict:
     """One evaluation row. A non-finite loss (overflow, a broken model) is status ``nonfinite``, never ``ok``."""
-    row = {**common, "mode": p.mode, "stride": p.advance, "S": p.S, "budget": p.budget, "warmup": p.start,
+    row = {**common, "mode": p.mode, "stride": p.advance, "S": p.S, "budget": p.budget, "warmup": p.warmup,
            "tokens_scored": s.tokens}
     if not math.isfinite(s.loss) or s.loss >= 700:  # exp overflows float64 past ~709
         return {**row, "loss": "nan", "ppl": "nan", "bpb": "nan", "status": "nonfinite",
