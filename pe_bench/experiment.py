@@ -278,7 +278,8 @@ def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.devic
                       model: Decoder | None, only_missing: bool, trained: Config | None) -> list[dict]:
     """A task run's evaluation: accuracy rows of the model and each eval-time variant, merged into accuracy.csv
     (keyed by ACCURACY_KEY). ``only_missing`` skips a variant whose rows at these lengths are all there."""
-    have = {(r["scheme"], r["L_eval"], r["examples"]) for r in read_csv(run.accuracy_csv)} if only_missing else set()
+    path = run.accuracy_dev_csv if cfg.eval.heldout == "dev" else run.accuracy_csv
+    have = {(r["scheme"], r["L_eval"], r["examples"]) for r in read_csv(path)} if only_missing else set()
 
     def recorded(label: str) -> bool:
         return only_missing and all((label, str(n), str(cfg.task.eval_examples)) in have
@@ -287,7 +288,9 @@ def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.devic
     rows: list[dict] = []
     for m, step in _variant_models(run, cfg, data, device, specs, model, trained, recorded):
         rows += evaluate_accuracy(m, cfg, data.task, device, step, run.path.name)
-    if rows:
+    if rows and path == run.accuracy_dev_csv:  # tuning numbers: beside the reported ones, never in them
+        _merge(path, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
+    elif rows:
         _merge(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
         run.update_meta(accuracy_csv_sha256=file_sha256(run.accuracy_csv))  # the report refuses an altered file
     return rows

@@ -284,6 +284,7 @@ class Run:
         self.positions_csv = self.path / "positions.csv"
         self.context_csv = self.path / "context.csv"
         self.accuracy_csv = self.path / "accuracy.csv"
+        self.accuracy_dev_csv = self.path / "accuracy_dev.csv"  # eval.heldout=dev: development examples, never reported
         self.checkpoint = self.path / CHECKPOINT
 
     @classmethod

@@ -189,3 +189,29 @@ def test_the_committed_task_runs_rebuild_the_committed_task_tables_and_leaderboa
     board = pd.read_csv(root / "leaderboard" / "leaderboard.csv")
     assert board.equals(pd.read_csv(tmp_path / "t" / "leaderboard.csv"))
     assert "perplexity 8L/L (L=64)" in (root / "leaderboard" / "leaderboard.md").read_text()
+
+
+def test_eval_on_the_development_examples_writes_beside_the_reported_rows_never_into_them(results, tmp_path):
+    import shutil
+
+    run = Run(shutil.copytree(next((results / "runs").glob("copy-rope-*")), tmp_path / "runs" / "copy-run"))
+    before = run.accuracy_csv.read_bytes()
+    r = runner.invoke(app, ["eval", str(run.path), "eval.heldout=dev", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert run.accuracy_csv.read_bytes() == before  # the reported rows are untouched
+    dev = pd.read_csv(run.accuracy_dev_csv)
+    test = pd.read_csv(run.accuracy_csv)
+    assert set(dev["L_eval"]) == {32, 64, 128, 256} <= set(test["L_eval"])
+    assert set(dev["heldout"]).isdisjoint(set(test["heldout"]))  # other examples
+    bad = runner.invoke(app, ["train", "eval.heldout=dev", "train=smoke", f"results_dir={tmp_path}"])
+    assert bad.exit_code == 2 and "eval.heldout=dev is read by the synthetic tasks only" in bad.output
+
+
+def test_the_leaderboard_floor_is_the_larger_of_chance_and_the_trivial_baseline(results, tmp_path):
+    out = tmp_path / "report"
+    r = runner.invoke(app, ["report", str(results), "--out", str(out), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    md = (out / "leaderboard.md").read_text()
+    assert "Floors, L = 32: chance" in md and "trivial baseline" in md
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert "baseline_at_effective" in board.columns

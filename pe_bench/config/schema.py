@@ -147,6 +147,9 @@ class EvalConfig:
     variants: bool = True  # also evaluate the scheme's eval_variants (e.g. learned with clamp/extend)
     # also evaluate with the training-free log-n attention temperature beyond L (rows <scheme>+logn; every scheme)
     logn: bool = False
+    # a task's held-out examples: test (what reports read: accuracy.csv) or dev (for tuning a recipe: accuracy_dev.csv,
+    # which no report reads)
+    heldout: str = "test"
 
 
 @dataclass
@@ -214,6 +217,7 @@ CHOICES = {
     "train.compile": ("auto", "on", "off"),
     "attention.backend": ("auto", "sdpa", "flex", "explicit"),
     "eval.split": ("train", "validation", "test"),
+    "eval.heldout": ("test", "dev"),
     "task.name": tuple(tasks.names()),
     "task.train_lengths": ("uniform", "curriculum", "fixed"),
     "task.filler": ("random", "text"),

@@ -84,6 +84,9 @@ def _check_relations(cfg: Config) -> None:
             raise ConfigError(f"eval.split={cfg.eval.split} is not read by task={cfg.task.name}: a task is evaluated "
                               "on its held-out examples, which belong to no data split; remove eval.split")
         check_lengths(cfg.task, t.seq_len, run_lengths(cfg))
+    elif cfg.eval.heldout != EvalConfig().heldout:
+        raise ConfigError(f"eval.heldout={cfg.eval.heldout} is read by the synthetic tasks only (task={cfg.task.name} "
+                          "is scored on eval.split); remove eval.heldout")
     if m.d_model % m.n_heads:
         raise ConfigError(f"model.d_model={m.d_model} must be divisible by model.n_heads={m.n_heads}")
     if int(m.mlp_ratio * m.d_model) < 1:

@@ -66,7 +66,8 @@ def _row(model: Decoder, cfg: Config, task: Task, at: dict, depth: float | None,
          bf16: bool) -> dict:
     """The accuracy row of one held-out set (length, depth)."""
     try:
-        batch = task.heldout_set(at["L_eval"], cfg.task.eval_examples, depth)
+        n, count = at["L_eval"], cfg.task.eval_examples
+        batch = task.dev_set(n, count, depth) if cfg.eval.heldout == "dev" else task.heldout_set(n, count, depth)
         positions = eval_positions(cfg, at["L_eval"], device)
         outcomes, correct, scored, finite = _score(model, batch, positions, device, bf16, cfg.eval.tokens_per_batch)
     except (TaskLengthError, LengthNotSupported) as e:

@@ -279,6 +279,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         d.insert(0, "run", run.path.name)
         d["config"] = config_id
         d["chance"] = _chance(cfg, d)
+        d["baseline"] = _baseline(cfg, d)
         frames.append(d)
     if not frames:
         return Accuracy(pd.DataFrame(), left, metas)
@@ -320,6 +321,28 @@ def _chance(cfg: Config, d: pd.DataFrame) -> list[float]:
         except (KeyError, NotImplementedError, tasks.TaskLengthError):
             out.append(float("nan"))
     return out
+
+
+def _baseline(cfg: Config, d: pd.DataFrame) -> list[float]:
+    """The trivial baseline's exact match for each row (SyntheticTask.trivial_baseline on the row's length, depth
+    and number of examples), computed once per task options, length, depth and count; NaN where the task cannot
+    build that length."""
+    scored = _scored_tasks(cfg)
+    out = []
+    for label, n, depth, count in zip(d["task"], pd.to_numeric(d["L_eval"]), d["depth"], d["examples"]):
+        task = scored.get(label)
+        key = (label, repr(task.cfg) if task else "", int(n), str(depth), int(count))
+        if key not in _BASELINES:
+            try:
+                at = None if str(depth) in ("", "nan", "None") else float(depth)
+                _BASELINES[key] = float(task.trivial_baseline(int(n), int(count), at)) if task else float("nan")
+            except tasks.TaskLengthError:
+                _BASELINES[key] = float("nan")
+        out.append(_BASELINES[key])
+    return out
+
+
+_BASELINES: dict[tuple, float] = {}  # one per (task, options, length, depth, examples): the examples are fixed
 
 
 def _accuracy_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
 """The effective-length leaderboard: for each task and row, the longest evaluated length up to which exact match
-stays at or above ``EFFECTIVE_FRACTION`` of the row's own accuracy at L and above chance (RULER's "effective context
-length", Hsieh et al. 2024, relative to the model's own accuracy at L rather than to a fixed score).
+stays at or above ``EFFECTIVE_FRACTION`` of the row's own accuracy at L and above the floor — the larger of chance
+and the task's trivial baseline (SyntheticTask.trivial_baseline: the most frequent development answer, or a random
+candidate the context offers) — (RULER's "effective context length", Hsieh et al. 2024, relative to the model's own
+accuracy at L rather than to a fixed score).
 
 Its 95 % range comes from the cells' intervals: the lower end is the longest length up to which every cell's lower
 bound qualifies, the upper end the same with the upper bounds. A length past which nothing was evaluated is written
@@ -22,11 +24,12 @@ from pe_bench.runs import atomic_write_text
 
 COLUMNS = ["task", "scheme", "L", "at_L", "at_L_lo", "at_L_hi", "effective_length", "effective_ratio",
            "effective_lo", "effective_hi", "longest_evaluated", "at_effective", "at_effective_lo", "at_effective_hi",
-           "chance_at_effective", "seeds", "interval", "status"]
+           "chance_at_effective", "baseline_at_effective", "seeds", "interval", "status"]
 
 
 def _longest(g: pd.DataFrame, value: str, target: float) -> int | None:
-    """The longest L_eval up to which (from L on, in order) every cell is ok, ``value`` ≥ target and above chance."""
+    """The longest L_eval up to which (from L on, in order) every cell is ok, ``value`` ≥ target and above the floor
+    (column ``chance``: the larger of chance and the trivial baseline)."""
     best = None
     for _, r in g.iterrows():
         if r["status"] != "ok" or not (r[value] >= target and r[value] > r["chance"]):
@@ -57,20 +60,24 @@ def _entry(task: str, label: str, L: int, g: pd.DataFrame) -> dict:
     return {**base, "effective_length": eff, "effective_ratio": round(eff / L, 4), "effective_lo": lo or "",
             "effective_hi": hi, "longest_evaluated": int(g["L_eval"].max()), "at_effective": e["mean"],
             "at_effective_lo": e["lo"], "at_effective_hi": e["hi"], "chance_at_effective": e["chance_given"],
-            "status": "ok"}
+            "baseline_at_effective": e["baseline"], "status": "ok"}
 
 
 def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (task, scheme row, L) of accuracy rows ``df`` (pe_bench.report.collect.Accuracy.df): exact match
     at L with its interval, the effective length and its 95 % range, exact match there, and a status (ok, not learnt
     at L, diverged, …)."""
-    chance = df.groupby(["task", "label", "L_train", "L_eval"])["chance"].max()
+    keys = ["task", "label", "L_train", "L_eval"]
+    chance = df.groupby(keys)["chance"].max()
+    baseline = df.groupby(keys)["baseline"].max() if "baseline" in df else pd.Series(dtype=float)
     out = []
     for task in sorted(df["task"].unique()):
         c = cells(df, task)
         c["chance"] = [chance.get((task, r.label, r.L_train, r.L_eval), math.nan) for r in c.itertuples()]
+        c["baseline"] = [baseline.get((task, r.label, r.L_train, r.L_eval), math.nan) for r in c.itertuples()]
         c["chance_given"] = c["chance"]
-        c["chance"] = c["chance"].fillna(0.0)  # a task that does not say: no floor above 0 (the page says so)
+        # the floor: chance or the trivial baseline, whichever is higher (a task that says neither: 0, said so)
+        c["chance"] = c[["chance", "baseline"]].max(axis=1).fillna(0.0)
         for (label, L), g in c.groupby(["label", "L_train"], sort=True):
             out.append(_entry(task, label, int(L), g[g["L_eval"] >= L].sort_values("L_eval")))
     return pd.DataFrame(out).reindex(columns=COLUMNS)
@@ -105,16 +112,36 @@ def _pct(x) -> str:
 
 
 LEGEND = (f"Effective length: the longest evaluated length up to which exact match stays at or above "
-          f"{100 * EFFECTIVE_FRACTION:g} % of the row's own exact match at L and above chance (guessing every answer "
-          "token), in multiples of L; in [ ] its 95 % range from the cells' intervals (Wilson over examples with one "
+          f"{100 * EFFECTIVE_FRACTION:g} % of the row's own exact match at L and above the floor — the larger of "
+          "chance (guessing every answer token) and the trivial baseline (the most frequent answer of the task's "
+          "development examples given to every test example, or, where the task names them, a random answer among "
+          "the candidates its context offers; `floors` below each task) — in multiples of L; in [ ] its 95 % range from the cells' intervals (Wilson over examples with one "
           "seed, t over seeds with several). `≥`: true at the longest length evaluated (it may hold further). "
           f"`{NOT_LEARNT}`: exact match at L below {100 * LEARNT_AT_L:g} % (no effective length: the recipe failed, "
           "not the scheme).")
 
 
-def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | None = None) -> str:
+def floor_lines(df: pd.DataFrame) -> dict[str, str]:
+    """Per task: 'Floors at L = 64: chance 1.0 / 1.0 / … %, trivial baseline 25.0 / 25.0 / … % (64 … 512 tokens)'."""
+    out = {}
+    for task, g in df.groupby("task", sort=True):
+        parts = []
+        for L, h in g.groupby("L_train", sort=True):
+            by = h.groupby("L_eval")[["chance", "baseline"]].max() if "baseline" in h else None
+            if by is None:
+                continue
+            lengths = " / ".join(str(int(n)) for n in by.index)
+            parts.append(f"L = {int(L)}: chance {' / '.join(_pct(x) or '?' for x in by['chance'])} %, trivial "
+                         f"baseline {' / '.join(_pct(x) or '?' for x in by['baseline'])} % at {lengths} tokens")
+        if parts:
+            out[task] = "Floors, " + "; ".join(parts) + "."
+    return out
+
+
+def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | None = None,
+                         floors: dict[str, str] | None = None) -> str:
     """leaderboard.md: the summary (schemes × tasks; ``extra``: more columns by scheme, e.g. perplexity), then
-    each task's details."""
+    each task's details (``floors``: a line per task, :func:`floor_lines`)."""
     t = summary_table(board)
     if extra is not None:
         t = t.join(extra, on="scheme").fillna("—")
@@ -127,6 +154,8 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | 
                  f"{_pct(r['at_effective_hi'])}]", r["seeds"], r["interval"]] for _, r in g.iterrows()]
         md += [f"\n\n## {task}\n\n", markdown.table(["scheme", "L", "exact match at L", "effective length",
                                                      "exact match there", "seeds", "interval"], rows)]
+        if floors is not None and task in floors:
+            md.append(f"\n\n{floors[task]}")
     md.append(f"\n\n{LEGEND}\n")
     unknown = sorted(set(board.loc[board["chance_at_effective"].isna() & (board["status"] == "ok"), "task"]))
     if unknown:
@@ -139,7 +168,7 @@ def write_leaderboard_files(df: pd.DataFrame, out: Path, title: str,
     """leaderboard.csv (one row per task × scheme row) and leaderboard.md under ``out``."""
     board = leaderboard(df)
     atomic_write_text(out / "leaderboard.csv", board.to_csv(index=False))
-    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, title, extra))
+    atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, title, extra, floor_lines(df)))
     return [out / "leaderboard.csv", out / "leaderboard.md"]
 
 

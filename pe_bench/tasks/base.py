@@ -11,7 +11,9 @@ An example's *size* (filler length, pairs, string length, digits) is what grows 
 an input of n tokens. Evaluation examples fill their length; training examples draw their size up to what fills L.
 
 Held-out examples are disjoint from training by construction: an example's question (the key, the pairs, the string,
-the operands) hashes to a bucket; bucket 0 of ``HELDOUT_BUCKETS`` is evaluation only, the others training only.
+the operands) hashes to a bucket; bucket 0 of ``HELDOUT_BUCKETS`` is evaluation only, the others training only. The
+held-out questions come in two streams: the test set (``heldout_set``, what every table reports) and a development
+set (``dev_set``, another seed, no example equal to a test example) on which recipes are tuned.
 Sampling is a pure function of its seed (``numpy.random.Generator``), so batches are a pure function of
 (seed, step) and a resumed run sees the same data.
 """
@@ -19,6 +21,7 @@ Sampling is a pure function of its seed (``numpy.random.Generator``), so batches
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,6 +37,7 @@ DIGIT0 = 4  # digits 0-9 are tokens 4..13
 SYMBOL0 = DIGIT0 + 10  # each task's own symbols start here
 HELDOUT_BUCKETS = 10
 EVAL_SEED = 20231  # the held-out sets: the same for every run, seed and scheme (paired comparisons)
+DEV_SEED = 40463  # the development sets: held-out questions of another stream, for tuning recipes (never reported)
 MAX_TRIES = 1000
 # The task keys of the time when every task had them (pe_bench.tasks.identity keeps them in a task run's identity,
 # so that the run names of that time stand), with their defaults.
@@ -214,6 +218,43 @@ class SyntheticTask(Task):
         depths = rng.random(count) if depth is None else [depth] * count
         return self.collate([self.draw(rng, size, float(d), heldout=True) for d in depths], n)
 
+    def dev_set(self, n: int, count: int, depth: float | None = None) -> Batch:
+        """``count`` development examples at length n (as :meth:`heldout_set`, from the DEV_SEED stream), none equal
+        to an example of the test set at the same length and depth."""
+        test = self.heldout_set(n, count, depth)
+        seen = {_example_key(x, y) for x, y in zip(test.x.numpy(), test.y.numpy())}
+        rng = np.random.default_rng([DEV_SEED, zlib.crc32(self.name.encode()), n, 1001 if depth is None
+                                     else round(depth * 1000)])
+        size, out = self.max_size(n), []
+        for _ in range(MAX_TRIES * count):
+            if len(out) == count:
+                return self.collate(out, n)
+            tokens, answer = self.draw(rng, size, float(rng.random() if depth is None else depth), heldout=True)
+            padded = np.zeros(n + 1, dtype=np.int64)
+            padded[: len(tokens)] = tokens
+            if _example_key(padded[:-1], padded[1:]) not in seen:
+                out.append((tokens, answer))
+        raise TaskLengthError(f"task={self.name}: fewer than {count} development examples at length {n} differ "
+                              "from the test examples")
+
+    def candidates(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> list[tuple[int, ...]] | None:
+        """The answers one example's context offers (x, y, mask: (T,) of one example), for the trivial baseline
+        that names one of them at random; None where the task has no such candidates."""
+        return None
+
+    def trivial_baseline(self, n: int, count: int, depth: float | None = None) -> float:
+        """Exact match at length n of the best answer that does not read the question: the most frequent answer of
+        the development examples given to every test example, or (where the task names its candidates) a uniformly
+        random answer among those the context offers, in expectation — whichever is higher."""
+        dev, test = self.dev_set(n, count, depth), self.heldout_set(n, count, depth)
+        answers = [tuple(y[m].tolist()) for y, m in zip(test.y.numpy(), test.mask.numpy())]
+        common = Counter(tuple(y[m].tolist()) for y, m in zip(dev.y.numpy(), dev.mask.numpy())).most_common(1)[0][0]
+        best = sum(a == common for a in answers) / len(answers)
+        picks = [self.candidates(x, y, m) for x, y, m in zip(test.x.numpy(), test.y.numpy(), test.mask.numpy())]
+        if all(p is not None for p in picks):
+            best = max(best, sum((a in p) / len(p) if p else 0.0 for a, p in zip(answers, picks)) / len(answers))
+        return best
+
     def eval_variants(self) -> list[tuple[str, SyntheticTask]]:
         """Other held-out distributions a run of this task is also scored on, each with the label of its rows
         (``task[option=value]``): the same model, other examples (flip-flop's sparse and dense sequences)."""
@@ -232,6 +273,11 @@ class TaskData:
     task: SyntheticTask
     vocab_size: int
     fingerprint: str = ""
+
+
+def _example_key(x: np.ndarray, y: np.ndarray) -> bytes:
+    """An example's identity: its input and targets (x, y: (T,))."""
+    return np.asarray(x, dtype=np.int64).tobytes() + np.asarray(y, dtype=np.int64).tobytes()
 
 
 def scatter(rng: np.random.Generator, filler: np.ndarray, items: list[list[int]]) -> list[int]:

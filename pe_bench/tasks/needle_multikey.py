@@ -53,6 +53,12 @@ class NeedleMultikey(SyntheticTask):
     def chance(self, n: int) -> float:
         return 10.0 ** -self.cfg.value_digits
 
+    def candidates(self, x, y, mask):
+        """Every needle's value (the tokens after ``MARK key``): naming one of them at random is right one time in
+        ``needles`` without binding the asked key to its value."""
+        d = self.cfg.value_digits
+        return [tuple(x[i + 2 : i + 2 + d].tolist()) for i in np.flatnonzero(x == MARK) if i + 2 + d <= len(x)]
+
     def example(self, rng, size, depth, split):
         c = self.cfg
         keys = SYMBOL0 + c.symbols + rng.choice(c.needle_keys, size=c.needles, replace=False)
