@@ -481,3 +481,38 @@ def test_runs_made_before_a_legacy_option_are_labelled_by_it_in_every_table():
     assert not got.left_out
     assert set(got.df["label"]) == {"stickbreaking[remainder=False]"}
     assert got.windows and {key[1] for key in got.windows} == {"stickbreaking[remainder=False]"}
+
+
+def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context_rows(tmp_path):
+    """One seed: the run's own block-bootstrap interval; two seeds: the mean gain and a t interval over the seeds;
+    a configuration without context rows (an older evaluation): '—', and the column is left out when no row has it."""
+    from pe_bench import stats
+    from pe_bench.report import Collected
+
+    def row(scheme, seed, n):
+        return {"run": f"{scheme}-{seed}", "scheme": scheme, "label": scheme, "config": scheme, "L_train": 64,
+                "L_eval": n, "mode": "nonoverlapping", "split": "validation", "stride": n, "ppl": 7.0, "seed": seed,
+                "status": "ok", "tokens_scored": 4096, "budget": "all", "step": 10, "steps": 10, "precision": "fp32"}
+
+    def ctx(scheme, seed, a, b, gain):
+        return {"run": f"{scheme}-{seed}", "scheme": scheme, "L_train": 64, "L_eval": 512, "pos_start": a,
+                "pos_end": b, "loss": 2.0 + gain, "ref_loss": 2.0, "gain": gain, "lo": gain - 0.01,
+                "hi": gain + 0.01, "blocks": 8, "tokens": 100, "seed": seed, "budget": "all", "step": 10,
+                "precision": "fp32", "tokens_scored": 4096}
+
+    df = pd.DataFrame([row(s, seed, n) for s, seeds in (("alibi", (0, 1)), ("rope", (0,)), ("old", (0,)))
+                       for seed in seeds for n in (64, 512)])
+    context = pd.DataFrame([ctx("alibi", 0, 64, 512, 0.004), ctx("alibi", 1, 64, 512, 0.010),
+                            ctx("alibi", 0, 64, 128, -0.002), ctx("alibi", 1, 64, 128, 0.002),
+                            ctx("rope", 0, 64, 512, 0.5), ctx("rope", 0, 64, 128, 0.1)])
+    col = Collected(df, {}, [], {}, context)
+    t = comparison(col, "nonoverlapping")
+    iv = stats.seed_interval([0.004, 0.010])
+    assert t.loc[("alibi", 64), "gain past L"] == f"+0.007 [{iv.lo:+.3f}, {iv.hi:+.3f}]"
+    assert t.loc[("rope", 64), "gain past L"] == "+0.500 [+0.490, +0.510]"
+    assert t.loc[("old", 64), "gain past L"] == "—"
+    write_tables(col, tmp_path, "t")
+    md = (tmp_path / "comparison.md").read_text()
+    assert "## Context use past L on the validation split" in md
+    assert "| rope | 64 | 2.000 | +0.100 [+0.090, +0.110] | +0.500 [+0.490, +0.510] | 1 |" in md
+    assert "gain past L" not in comparison(Collected(df[df["scheme"] == "old"]), "nonoverlapping").columns
