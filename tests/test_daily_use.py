@@ -163,7 +163,7 @@ def test_outputs_of_documented_commands_are_git_ignored_and_committed_reports_ar
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
     paths = ["results/runs/x/meta.json", "results/smoke/comparison.csv", "results/report/comparison.md",
-             "results/slurm/1/log.out", "results/mysweep/comparison.csv", "results/paper/runs/x/eval.csv",
+             "results/slurm/1/log.out", "results/mysweep/comparison.csv", "results/paper/runs/x/checkpoint.pt",
              "results/paper/comparison.md", "results/default/comparison.csv", "results/benchmarks/cpu.md"]
     p = subprocess.run(["git", "check-ignore", "--no-index", *paths], capture_output=True, text=True, cwd=root,
                        check=False)

@@ -17,7 +17,7 @@ from pe_bench import tasks
 from pe_bench.build import build_scheme
 from pe_bench.config import Config, reference_length, run_lengths, scheme_spec, with_options
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS
-from pe_bench.evaluate.perplexity import budget_label, sliding_stride
+from pe_bench.evaluate.perplexity import budget_label, context_ranges, sliding_stride
 from pe_bench.finetune import finetune_tag, method_tag
 from pe_bench.report.files import (NOT_A_NUMBER, NUMERIC, POSITION_NUMERIC, POSITION_REQUIRED,
                                    check_against_windows, legacy_labels, read_accuracy_rows, read_eval_rows,
@@ -210,7 +210,53 @@ def _eval_frame(run: Run, cfg: Config, meta: dict[str, Any]) -> tuple[pd.DataFra
     run_windows = read_windows(run)
     d = _run_frame(run, cfg, rows)
     check_against_windows(run, d, run_windows)
-    return d, run_windows, read_context(run)
+    context = read_context(run)
+    return d, run_windows, context if not context.empty else _context_from_positions(run, d)
+
+
+def _context_from_positions(run: Run, d: pd.DataFrame) -> pd.DataFrame:
+    """Context use of a run evaluated before context.csv existed, from its per-position curves (positions.csv) where
+    their buckets fall on the range edges: the same differences, with no interval (``lo``/``hi`` NaN) since the
+    per-window losses of each range were not kept. Empty when the buckets do not fit or there is no positions.csv."""
+    if not run.positions_csv.exists():
+        return pd.DataFrame()
+    try:
+        rows, columns = read_whole_csv(run.positions_csv, None, POSITION_REQUIRED, allow_empty=True)
+    except RunFileError:
+        return pd.DataFrame()  # an unreadable curve costs its '—' cells and plot lines (collect_positions names it)
+    pos = pd.DataFrame(rows, columns=columns, dtype=str)
+    if pos.empty or pos.isna().any().any():
+        return pd.DataFrame()
+    for c in (*POSITION_NUMERIC, "loss"):
+        pos[c] = pd.to_numeric(pos[c], errors="coerce")
+    pos["scheme"] = pos["scheme"].map(legacy_labels(run))
+    out = []
+    for (scheme, L, step, precision), g in pos.groupby(["scheme", "L_train", "step", "precision"]):
+        ref = _range_loss(g[g["L_eval"] == L], L // 2, L)
+        spans = d[(d["scheme"] == scheme) & (d["mode"] == "nonoverlapping") & (d["status"] == "ok")]
+        for n in sorted(set(g["L_eval"])):
+            at = spans[pd.to_numeric(spans["L_eval"]) == n]
+            if n <= L or ref is None or at.empty:
+                continue
+            for a, b in context_ranges(int(L), int(n)):
+                loss = _range_loss(g[g["L_eval"] == n], a, b)
+                if loss is not None:
+                    out.append({"scheme": scheme, "split": g["split"].iloc[0], "L_train": int(L), "L_eval": int(n),
+                                "pos_start": a, "pos_end": b, "loss": loss[0], "ref_loss": ref[0],
+                                "gain": loss[0] - ref[0], "lo": float("nan"), "hi": float("nan"), "blocks": 0,
+                                "tokens": loss[1], "seed": int(g["seed"].iloc[0]), "budget": at["budget"].iloc[0],
+                                "step": str(int(step)), "precision": precision,
+                                "tokens_scored": int(float(at["tokens_scored"].iloc[0]))})
+    return pd.DataFrame(out).assign(run=run.path.name) if out else pd.DataFrame()
+
+
+def _range_loss(g: pd.DataFrame, a: int, b: int) -> tuple[float, int] | None:
+    """(token-weighted mean loss, tokens) of the position buckets exactly covering [a, b), or None if they do not."""
+    inside = g[(g["pos_start"] >= a) & (g["pos_end"] <= b)]
+    if inside.empty or inside["pos_start"].min() != a or inside["pos_end"].max() != b \
+            or int(inside["pos_end"].sub(inside["pos_start"]).sum()) != b - a or inside["loss"].isna().any():
+        return None
+    return float((inside["loss"] * inside["tokens"]).sum() / inside["tokens"].sum()), int(inside["tokens"].sum())
 
 
 def _eval_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ CSV, markdown and rich."""
 from __future__ import annotations
 
 import io
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,9 @@ def context_of(col: Collected, c: pd.DataFrame, start: int, end: int) -> pd.Data
 
 def gain_cell(col: Collected, c: pd.DataFrame, start: int, end: int) -> str:
     """``+0.006 [−0.002, +0.014]``: the loss at positions [start, end) minus the loss at [L/2, L) of L windows,
-    nats per token, mean over seeds with its 95 % interval (t over seeds with ≥ 2, else the run's block bootstrap);
-    '—' where a seed has no context-use row (an evaluation older than the measurement, or a length not reached)."""
+    nats per token, mean over seeds with its 95 % interval (t over seeds with ≥ 2, else the run's block bootstrap;
+    none for one seed of a run whose context use comes from its position curve); '—' where a seed has no context
+    row (a length not reached, or position buckets that do not fall on the range's edges)."""
     g = context_of(col, c[c["status"] == "ok"], start, end)
     if g.empty or len(g) != len(c) or (c["status"] != "ok").any():
         return "—"
@@ -115,6 +117,8 @@ def gain_cell(col: Collected, c: pd.DataFrame, start: int, end: int) -> str:
     else:
         iv = stats.seed_interval(values)
         lo, hi = iv.lo, iv.hi
+    if math.isnan(lo):  # one seed of an evaluation older than context.csv: from its position curve, no interval
+        return f"{values.mean():+.3f}"
     return f"{values.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
