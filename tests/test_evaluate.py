@@ -12,9 +12,21 @@ from hypothesis import strategies as st
 from pe_bench.build import build_model
 from pe_bench.config import compose, eval_lengths
 from pe_bench.data import DataError
-from pe_bench.evaluate.perplexity import (RANDOM_POSITIONS_SEED, Pass, Score, _row, check_feasible, context_ranges,
-                                         eval_positions, evaluate, passes, sliding_segments,
-                                         score_windows, scored_span, window_ends)
+from pe_bench.evaluate.perplexity import (
+    RANDOM_POSITIONS_SEED,
+    Pass,
+    Score,
+    _row,
+    check_feasible,
+    context_ranges,
+    eval_positions,
+    evaluate,
+    passes,
+    score_windows,
+    scored_span,
+    sliding_segments,
+    window_ends,
+)
 from pe_bench.schemes.base import LengthNotSupported
 
 DEV = torch.device("cpu")
@@ -180,10 +192,10 @@ def test_eval_lengths_from_ratios_or_explicit():
 def test_a_stop_request_ends_scoring_at_the_next_batch_of_windows(setup):
     """SIGTERM sets the stop flag; scoring checks it between batches (not once per length), so an evaluation ends
     within one batch of windows. Perplexity and accuracy alike."""
-    from pe_bench.evaluate.accuracy import _score
-    from pe_bench.distributed import StopRequested, clear_stop, request_stop
-    from pe_bench.tasks import build_task
     from pe_bench.config import TaskConfig
+    from pe_bench.distributed import StopRequested, clear_stop, request_stop
+    from pe_bench.evaluate.accuracy import _score
+    from pe_bench.tasks import build_task
 
     _, model, tokens, tb = setup
     batches = []

@@ -8,10 +8,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pe_bench import stats as stats_mod
-from pe_bench.stats import (BOOTSTRAP_METHOD, LOG_T_METHOD, T_METHOD, Interval, _t_central, block_indices,
-                            block_length, bootstrap_p_value, bootstrap_ppl_interval, context_gain, holm_rejected,
-                            log_seed_interval, normal_quantile, paired_difference, ppl, ppl_interval, seed_interval,
-                            t_p_value, t_quantile)
+from pe_bench.stats import (
+    BOOTSTRAP_METHOD,
+    LOG_T_METHOD,
+    T_METHOD,
+    Interval,
+    _t_central,
+    block_indices,
+    block_length,
+    bootstrap_p_value,
+    bootstrap_ppl_interval,
+    context_gain,
+    holm_rejected,
+    log_seed_interval,
+    normal_quantile,
+    paired_difference,
+    ppl,
+    ppl_interval,
+    seed_interval,
+    t_p_value,
+    t_quantile,
+)
 
 TRUE_LOSS = 3.0  # nats per token: the windows' population perplexity is e³
 

@@ -37,7 +37,9 @@ def test_a_task_with_few_distinct_questions_refuses_rather_than_repeat_test_exam
 def test_the_trivial_baseline_is_the_most_frequent_dev_answer_scored_on_the_test_examples():
     t = task_of("counting")
     dev, test = t.dev_set(128, 400), t.heldout_set(128, 400)
-    answers = lambda b: [tuple(y[m].tolist()) for y, m in zip(b.y.numpy(), b.mask.numpy())]  # noqa: E731
+    def answers(b):
+        return [tuple(y[m].tolist()) for y, m in zip(b.y.numpy(), b.mask.numpy())]
+
     dev_answers, test_answers = answers(dev), answers(test)
     common = max(set(dev_answers), key=dev_answers.count)
     want = sum(a == common for a in test_answers) / 400

@@ -294,12 +294,13 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         what = p.mode if p.mode in cfg.eval.modes else "per_position"  # a pass made for the curves alone
         shown = EvalProgress(f"{head} L={length} {what}", p.windows(length), bar, each)
         s = Score(pos_nll=np.zeros(length), pos_count=np.zeros(length))
+        def update(done: int) -> Callable[[int, int], None]:  # tokens scored in earlier segments
+            return lambda w, t: shown.update(w, done + t)
+
         try:
             for start, n in p.segments():
-                done = s.tokens
                 s.extend(score_windows(model, tokens, token_bytes, length, p.advance, n, cfg.eval.tokens_per_batch,
-                                       device, bf16, positions, lambda w, t: shown.update(w, done + t), start,
-                                       ranges))
+                                       device, bf16, positions, update(s.tokens), start, ranges))
         finally:
             shown.close()
         shown.finish(s.loss, len(s.window_tokens), s.tokens)

@@ -19,9 +19,19 @@ from pe_bench.config import Config, reference_length, run_lengths, scheme_spec, 
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS
 from pe_bench.evaluate.perplexity import budget_label, context_ranges, sliding_stride
 from pe_bench.finetune import finetune_tag, method_tag
-from pe_bench.report.files import (NOT_A_NUMBER, NUMERIC, POSITION_NUMERIC, POSITION_REQUIRED,
-                                   check_against_windows, legacy_labels, read_accuracy_rows, read_eval_rows,
-                                   read_context, read_whole_csv, read_windows)
+from pe_bench.report.files import (
+    NOT_A_NUMBER,
+    NUMERIC,
+    POSITION_NUMERIC,
+    POSITION_REQUIRED,
+    check_against_windows,
+    legacy_labels,
+    read_accuracy_rows,
+    read_context,
+    read_eval_rows,
+    read_whole_csv,
+    read_windows,
+)
 from pe_bench.report.labels import TAGGED, UNLABELLED, config_identity, flatten, labelled, mixed_numerics
 from pe_bench.runs import Run, RunFileError, digest, identity
 from pe_bench.tasks import build_task

@@ -5,9 +5,9 @@ RunFileError naming it, never used in part), and a report directory replaced all
 from __future__ import annotations
 
 import csv
-import math
 import hashlib
 import io
+import math
 import os
 import shutil
 import tempfile
