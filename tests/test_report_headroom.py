@@ -62,3 +62,11 @@ def test_a_report_of_short_and_trained_long_runs_writes_the_headroom_table(tmp_p
     assert [p.name for p in written] == ["headroom.csv", "headroom.md"]
     t = pd.read_csv(tmp_path / "headroom.csv")
     assert t["fraction"].round(6).tolist() == [0.25] and "fraction recovered" in (tmp_path / "headroom.md").read_text()
+
+
+def test_a_reference_no_better_than_the_short_model_at_L_leaves_no_headroom_and_no_fraction():
+    short = Collected(pd.DataFrame(rows("nope", 64, {64: [2.0, 2.0], 512: [2.6, 2.7]})))
+    long = Collected(pd.DataFrame(rows("nope", 512, {512: [2.3, 1.9]})))  # worse than 2.0 in seed 0
+    r = headroom(short, long).iloc[0]
+    assert math.isnan(r["fraction"]) and r["headroom"] == pytest.approx(-0.1)
+    assert "| -0.100 | no headroom | 2 |" in markdown_table(headroom(short, long))

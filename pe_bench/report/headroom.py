@@ -11,7 +11,8 @@ are those of the sliding evaluation (pe_bench.evaluate.perplexity: every length 
 least L_eval − S tokens of context), so the early-token effect of non-overlapping blocks is not counted as a gain.
 A row is compared with the reference of its own base scheme where there is one, else with the best reference (the
 lowest loss at that length); seeds are paired in order (seed i with seed i) and the fraction's interval is a t
-interval over those pairs.
+interval over those pairs. Where a seed's reference is no better than the short model at L (headroom ≤ 0: training
+long with that budget did not pay), there is no fraction: the table says "no headroom".
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def _fraction(at_L: pd.Series, at_n: pd.Series, long: np.ndarray) -> dict | None
     if k == 0:
         return None
     a, b, c = at_L[seeds[:k]].to_numpy(), at_n[seeds[:k]].to_numpy(), long[:k]
+    if (a - c).min() <= 0:  # the reference is no better than the short model at L: nothing to recover
+        return {"short_at_L": a.mean(), "short": b.mean(), "long": c.mean(), "gained": (a - b).mean(),
+                "headroom": (a - c).mean(), "fraction": math.nan, "lo": math.nan, "hi": math.nan, "seeds": k}
     frac = (a - b) / (a - c)
     lo = hi = math.nan
     if k >= 2 and np.isfinite(frac).all():
@@ -80,10 +84,13 @@ def markdown_table(t: pd.DataFrame) -> str:
     def pct(x: float) -> str:
         return "—" if math.isnan(x) else f"{100 * x:.0f} %"
 
+    def fraction(r) -> str:
+        if math.isnan(r.fraction):
+            return "no headroom" if r.headroom <= 0 or math.isnan(r.headroom) else "—"
+        return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]")
+
     rows = [[r.scheme, r.L, r.L_eval, r.reference, f"{r.short_at_L:.3f}", f"{r.short:.3f}", f"{r.long:.3f}",
-             f"{r.gained:+.3f}", f"{r.headroom:+.3f}",
-             pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]"), r.seeds]
-            for r in t.itertuples()]
+             f"{r.gained:+.3f}", f"{r.headroom:+.3f}", fraction(r), r.seeds] for r in t.itertuples()]
     return markdown.table(["scheme", "L", "L_eval", "reference", "loss at L", "loss at L_eval", "reference's loss",
                            "gained", "headroom", "fraction recovered [95 %]", "seeds"], rows)
 
@@ -128,4 +135,5 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "model trained at L; `headroom`: loss at L minus the loss at L_eval of the same scheme trained at L_eval "
           "with the same token budget (the reference; the best reference where the scheme has none); fraction "
           "recovered = gained / headroom, seeds paired in order, [95 % t interval over the pairs]: 100 % = as good as "
-          "training long, 0 % = no gain from the longer context, negative = worse than at L.")
+          "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
+          "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover.")
