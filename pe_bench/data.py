@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pe_bench.atomic import atomic_write_text, replacing
 from pe_bench.config import Config, DataConfig, run_lengths
 from pe_bench.errors import ConfigError
 from pe_bench import tasks
@@ -236,7 +237,7 @@ class BPETokenizer:
         return cls(Tokenizer.from_file(str(path)))
 
     def save(self, path: Path) -> None:
-        self.tok.save(str(path))
+        atomic_write_text(path, self.tok.to_str())
 
     def encode(self, text: str) -> np.ndarray:
         return np.asarray(self.tok.encode(text).ids, dtype=np.uint32)
@@ -359,15 +360,9 @@ def _read_index(path: Path) -> dict:
 
 def _write_index(path: Path, index: dict) -> None:
     """Best effort (a lost update only costs a re-hash): atomic replace, entries of vanished files dropped."""
-    import tempfile
-
     index = {p: e for p, e in index.items() if os.path.exists(p)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".file-hashes.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(index, f, sort_keys=True)
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(index, sort_keys=True))
     except OSError:
         pass
 
@@ -432,15 +427,14 @@ def load_tokens(cfg: DataConfig, cache_dir: str | Path) -> TokenizedCorpus:
         splits[s] = np.concatenate(pieces).astype(dtype) if pieces else np.zeros(0, dtype=dtype)
 
     root.mkdir(parents=True, exist_ok=True)
-    for s, arr in splits.items():
-        tmp = root / f"{s}.{os.getpid()}.tmp.npy"  # processes of a parallel sweep may tokenize at once
-        np.save(tmp, arr)
-        os.replace(tmp, root / f"{s}.npy")
+    for s, arr in splits.items():  # (processes of a parallel sweep may tokenize at once: each its own temporary)
+        with replacing(root / f"{s}.npy") as tmp, tmp.open("wb") as f:
+            np.save(f, arr)
     if isinstance(tokenizer, BPETokenizer):
         tokenizer.save(root / "tokenizer.json")
-    (root / "meta.json").write_text(json.dumps({"data": asdict(cfg), "fingerprint": key, "content": content,
-                                                "sizes": {s: len(a) for s, a in splits.items()},
-                                                "vocab_size": tokenizer.vocab_size}, indent=2))
+    atomic_write_text(root / "meta.json", json.dumps({"data": asdict(cfg), "fingerprint": key, "content": content,
+                                                      "sizes": {s: len(a) for s, a in splits.items()},
+                                                      "vocab_size": tokenizer.vocab_size}, indent=2))
     (root / "done").touch()
     return TokenizedCorpus(splits, tokenizer.vocab_size, tokenizer.token_bytes(), root, key)
 

@@ -23,7 +23,7 @@ from pe_bench.evaluate.perplexity import (CONTEXT_COLUMNS, CONTEXT_KEY, EVAL_COL
                                          check_feasible, evaluate, passes)
 from pe_bench.model.decoder import Decoder
 from pe_bench.progress import duration, run_summary, say
-from pe_bench.runs import (Run, RunBusy, RunFileError, check_checkpoint, digest, file_sha256, identity, read_csv,
+from pe_bench.runs import (Run, RunBusy, RunFileError, Status, check_checkpoint, digest, file_sha256, identity, read_csv,
                            write_csv)
 from pe_bench.tasks import TaskData
 from pe_bench.tracking import open_tracker
@@ -89,7 +89,7 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
     for stale in run.retire_analyses():  # made from a checkpoint this training moves past
         say(f"{stale.name}: an analysis of an earlier checkpoint, renamed (run `pe-bench analyze` again)")
     t0 = time.perf_counter()
-    run.update_meta(status="running", run_name=run.path.name, scheme=cfg.scheme["name"],
+    run.update_meta(status=Status.RUNNING, run_name=run.path.name, scheme=cfg.scheme["name"],
                     started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, processes=world.size,
                     data_fingerprint=getattr(corpus, "fingerprint", None), **Run.environment(device),
                     attention_backend=cfg.attention.backend,
@@ -97,28 +97,30 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
                     compiled=use_compile(cfg.train, device), **_plugins(cfg),
                     **({"parent": {"run": cfg.finetune.parent, "path": cfg.finetune.from_run,
                                    "steps_before": cfg.finetune.data_offset}} if cfg.finetune.from_run else {}))
-    tracker = open_tracker(cfg.logger, run.path, run.path.name, to_dict(cfg))
+    tracker = None
     try:
+        tracker = open_tracker(cfg.logger, run.path, run.path.name, to_dict(cfg))  # a logger that fails: failed run
         model = train(cfg, run, corpus, device, progress, world, tracker)
         t1 = time.perf_counter()
         rows = evaluate_run(run, cfg, corpus, device, model, progress=progress)
         run.update_meta(eval_seconds=round(time.perf_counter() - t1, 2))
-        tracker.summary(final_metrics(rows))
+        tracker.summary(final_metrics(rows, model.scheme.label(), cfg.task.name))
         barrier(world)
     except BaseException as e:
         record_failure(run, e, time.perf_counter() - t0)
         raise
     finally:
-        tracker.close()
+        if tracker is not None:
+            tracker.close()
     wall = time.perf_counter() - t0
-    meta = run.update_meta(status="done", wall_seconds=round(wall, 2))
+    meta = run.update_meta(status=Status.DONE, wall_seconds=round(wall, 2))
     label = model.scheme.label()  # the base scheme's rows, not its eval-time variants'
     if isinstance(corpus, TaskData):  # and the task's own rows, not its evaluation variants' (flip-flop's densities)
         own = [r for r in rows if r["scheme"] == label and r["task"] == cfg.task.name]
         say(f"{run.path.name}: {accuracy_summary(own, reference_length(cfg))}"
-            f" (train loss {meta.get('final_train_loss')}, {duration(wall)})")
+            f" (train loss {meta.final_train_loss}, {duration(wall)})")
     else:
-        say(run_summary(run.path.name, meta.get("final_train_loss"),
+        say(run_summary(run.path.name, meta.final_train_loss,
                         [r for r in rows if r["scheme"] == label and r["split"] == cfg.eval.split],
                         reference_length(cfg), wall))
 
@@ -134,18 +136,22 @@ def _plugins(cfg: Config) -> dict[str, dict[str, str]]:
     return {"plugins": out} if out else {}
 
 
-def final_metrics(rows: list[dict]) -> dict[str, float]:
-    """A run's evaluation as tracker metrics: ``eval/<scheme>/<mode>/ppl@<L>`` or
-    ``eval/<scheme>/exact_match@<L>[/depth=<d>]``, from the rows that hold a number."""
+def final_metrics(rows: list[dict], scheme: str, task: str) -> dict[str, float]:
+    """A run's evaluation as tracker metrics, named alike in every run so that runs overlay (the scheme, task and
+    seed are in the run's config): ``eval/<mode>/ppl@<L>`` or ``eval/exact_match@<L>[/depth=<d>]`` for the run's own
+    scheme (``scheme``: its label) and task, with ``/<label>`` after it for an eval-time variant or a task's evaluation
+    variant; from the rows that hold a number."""
     out = {}
     for r in rows:
         if r.get("status") != "ok":
             continue
+        other = [x for x, own in ((r["scheme"], scheme), (r.get("task", task), task)) if x != own]
+        suffix = "".join(f"/{x}" for x in other)
         if "ppl" in r:
-            out[f"eval/{r['scheme']}/{r['mode']}/ppl@{r['L_eval']}"] = float(r["ppl"])
+            out[f"eval/{r['mode']}/ppl@{r['L_eval']}{suffix}"] = float(r["ppl"])
         elif "exact_match" in r:
             depth = f"/depth={r['depth']}" if r.get("depth") not in (None, "") else ""
-            out[f"eval/{r['scheme']}/exact_match@{r['L_eval']}{depth}"] = float(r["exact_match"])
+            out[f"eval/exact_match@{r['L_eval']}{depth}{suffix}"] = float(r["exact_match"])
     return out
 
 
@@ -154,7 +160,7 @@ def check_numerics(run: Run, device: torch.device) -> None:
     another torch, device or CPU thread count would make one history of two kinds of numbers."""
     from pe_bench.runs import numerics
 
-    before = run.meta().get("numerics")
+    before = run.meta().numerics
     now = numerics(device)
     if run.checkpoint.exists() and before and before != now:
         threads = re.search(r"(\d+) threads$", before)
@@ -181,15 +187,15 @@ def record_failure(run: Run, error: BaseException, seconds: float | None = None)
     """Status (interrupted: resumable; diverged; failed) and the one-line error in the run's meta.json. A failure
     to write it (the disk is full) must not hide the original error."""
     stopped = isinstance(error, (KeyboardInterrupt, StopRequested))
-    status = "interrupted" if stopped else "diverged" if isinstance(error, Diverged) else "failed"
-    fields = {"status": status, "error": f"{type(error).__name__}: {error}"}
-    if isinstance(error, Diverged):
-        fields.update(diverged_step=error.step, diverged_what=error.what, diverged_value=str(error.value))
-    if seconds is not None:
-        fields["wall_seconds"] = round(seconds, 2)
+    status = Status.INTERRUPTED if stopped else Status.DIVERGED if isinstance(error, Diverged) else Status.FAILED
+    diverged = {"diverged_step": error.step, "diverged_what": error.what,
+                "diverged_value": str(error.value)} if isinstance(error, Diverged) else {}
     try:
-        run.update_meta(**fields)
-    except OSError:
+        if run.meta().status == Status.DONE:  # finished before the error: the run stays finished
+            return
+        run.update_meta(status=status, error=f"{type(error).__name__}: {error}", **diverged,
+                        **({} if seconds is None else {"wall_seconds": round(seconds, 2)}))
+    except (OSError, RunFileError):
         pass
 
 

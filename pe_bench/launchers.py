@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pe_bench.config import Config, ConfigError, hydra_quoted
-from pe_bench.runs import Run, RunBusy, atomic_write_text
+from pe_bench.runs import Run, RunBusy, Status, atomic_write_text
 from pe_bench.sweep import Point, SlurmLauncher, SweepConfig, squeue_tasks
 
 Say = Callable[[str], None]
@@ -110,6 +110,9 @@ def for_sweep(sw: SweepConfig, again: str, emit_sbatch_dir: Path | None = None, 
     return Sequential(progress)
 
 
+_SETTLED = (Status.FAILED, Status.DIVERGED, Status.DONE)  # a process's exit code does not overrule these
+
+
 def run_point(cfg: Config, progress: bool = False) -> str:
     """Train and evaluate one point in this process: "trained", "busy" (another process holds it), "stopped"
     (signal/Ctrl-C, checkpoint saved) or "failed" — the error is then in the run's meta.json either way."""
@@ -125,7 +128,7 @@ def run_point(cfg: Config, progress: bool = False) -> str:
     except (KeyboardInterrupt, StopRequested):
         raise
     except Exception as e:  # noqa: BLE001 - a failing point never stops the others
-        if run.meta().get("error") != f"{type(e).__name__}: {e}":  # failed before run_one could record it
+        if run.meta().error != f"{type(e).__name__}: {e}":  # failed before run_one could record it
             run.create(cfg)
             record_failure(run, e)
         return "failed"
@@ -141,7 +144,7 @@ def run_sequential(todo: list[Point], say: Say, progress: bool) -> dict[str, str
         say(f"[{i}/{len(todo)}] {p.label}: {p.detail} → {p.run.path}")
         results[p.label] = status = run_point(p.cfg, progress)
         if status == "failed":
-            say(f"[{i}/{len(todo)}] {p.label}: failed: {p.run.meta().get('error')}")
+            say(f"[{i}/{len(todo)}] {p.label}: failed: {p.run.meta().error}")
     return results
 
 
@@ -176,9 +179,9 @@ def run_parallel(todo: list[Point], parallel: int, threads: int | None, say: Say
                 log.close()
                 del active[label]
                 results[label] = {0: "trained", 3: "stopped", 4: "busy"}.get(proc.returncode, "failed")
-                if results[label] == "failed" and p.run.meta().get("status") not in ("failed", "diverged"):
-                    p.run.update_meta(status="failed", error=f"exit code {proc.returncode}; see train.log")
-                detail = f": {p.run.meta().get('error')}" if results[label] == "failed" else ""
+                if results[label] == "failed" and p.run.meta().status not in _SETTLED:
+                    p.run.update_meta(status=Status.FAILED, error=f"exit code {proc.returncode}; see train.log")
+                detail = f": {p.run.meta().error}" if results[label] == "failed" else ""
                 say(f"{results[label]} {label}{detail}")
         if stopping:
             raise StopRequested("stopped: the points running saved their checkpoints")
@@ -260,7 +263,7 @@ def submit_slurm(points: list[Point], sc: SlurmLauncher, folder: Path, name: str
     jobs = ex.map_array(SlurmTask(), [absolute(p.cfg) for p in points])
     for p, job in zip(points, jobs):
         p.run.create(p.cfg)
-        p.run.update_meta(status="queued", slurm_job=job.job_id, error=None,
+        p.run.update_meta(status=Status.QUEUED, slurm_job=job.job_id, error=None,
                           slurm_log=str(job.paths.stdout).replace("%j", str(job.job_id)))
     return jobs[0].job_id.split("_")[0]
 
@@ -280,7 +283,7 @@ def wait_slurm(points: list[Point], array_id: str, poll_s: float, say: Say) -> N
     while True:
         left = squeue_tasks(array_id)
         done = sum(p.run.is_done() for p in points)
-        failed = sum(p.run.status == "failed" for p in points)
+        failed = sum(p.run.status == Status.FAILED for p in points)
         now = (left, done, failed)
         if now != last:
             say(f"job {array_id}: {done}/{len(points)} done, {failed} failed, {left} in the queue")
@@ -291,9 +294,9 @@ def wait_slurm(points: list[Point], array_id: str, poll_s: float, say: Say) -> N
         time.sleep(poll_s)
     for p in points:  # a task killed from outside (out of memory, over its limit, scancel) could not say so itself
         meta = p.run.meta()
-        if meta.get("status") in ("queued", "running"):
-            p.run.update_meta(status="failed", error=f"Slurm task {meta.get('slurm_job')} ended without finishing "
-                              f"the run (killed: out of memory, time limit, scancel?); see {meta.get('slurm_log')}")
+        if meta.status in (Status.QUEUED, Status.RUNNING):
+            p.run.update_meta(status=Status.FAILED, error=f"Slurm task {meta.slurm_job} ended without finishing "
+                              f"the run (killed: out of memory, time limit, scancel?); see {meta.slurm_log}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -25,11 +25,12 @@ def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, tit
     """Everything `pe-bench report` writes: eval_long.csv, comparison.csv/.md, the fine-tunes by method and budget
     (extension.csv/.md, if any) and (with matplotlib) the plots. Raises ImportError if plots were asked for and
     matplotlib is missing (nothing is moved then)."""
-    return replace_together(out, lambda staging: _report_files(df, pos, staging, title, split, modes, plots))
+    return replace_together(out, lambda staging: report_files(df, pos, staging, title, split, modes, plots))
 
 
-def _report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str,
-                  modes: tuple[str, ...] | list[str], draw: bool) -> list[Path]:
+def report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str,
+                 modes: tuple[str, ...] | list[str], draw: bool) -> list[Path]:
+    """The perplexity tables and figures written into ``out`` as they are (a staging folder: see write_report)."""
     col, written = write_table_files(df, out, title, split)
     fine_tunes = extension_table(col, "nonoverlapping", split)
     written += write_extension(fine_tunes, out, title, split)
@@ -48,10 +49,11 @@ def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = Tr
     """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row), accuracy.md, leaderboard.csv/.md
     (``beside``: columns by scheme next to its effective lengths, e.g. perplexity), and with matplotlib
     accuracy_vs_length.png and passkey_heatmap.png (when a task was evaluated by depth); all or nothing replaced."""
-    return replace_together(out, lambda staging: _accuracy_files(acc, staging, title, plots, beside))
+    return replace_together(out, lambda staging: accuracy_files(acc, staging, title, plots, beside))
 
 
-def _accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool, beside: pd.DataFrame | None) -> list[Path]:
+def accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool, beside: pd.DataFrame | None) -> list[Path]:
+    """The accuracy tables, leaderboard and figures written into ``out`` as they are (see write_accuracy_report)."""
     df, written = write_accuracy_files(acc, out, title)
     written += write_leaderboard_files(df, out, title, beside)
     if draw:

@@ -25,7 +25,7 @@ from pe_bench import schemes, tasks
 from pe_bench.config import (GROUPS, Config, ConfigError, hydra_quoted, omegaconf_message, preset_names,
                              preset_path, validate)
 from pe_bench.finetune import compose_finetune, compose_run
-from pe_bench.runs import Run
+from pe_bench.runs import Run, RunMeta, State
 
 LAUNCHERS = ("local", "slurm")
 
@@ -171,6 +171,8 @@ def _axes(sweep: SweepConfig) -> dict[str, list[str]]:
     }
     if sweep.model is None:  # each point's task brings its model preset
         axes.pop("model")
+    if sweep.eval == "default":  # the run's own rule decides: train=smoke brings eval=smoke (pe_bench.config.compose)
+        axes.pop("eval")
     if sweep.train is not None:
         axes["train"] = [sweep.train]
     if sweep.task != tasks.DEFAULT:  # (the default task's overrides stay what they were before tasks existed)
@@ -182,6 +184,7 @@ def _axes(sweep: SweepConfig) -> dict[str, list[str]]:
     for o in sweep.overrides:
         key, _, value = o.partition("=")
         axes[key] = [value]
+    axes.setdefault("logger.group", [sweep.name])  # a tracker files the sweep's runs together (W&B group)
     axes["scheme"] = names
     return axes
 
@@ -251,7 +254,7 @@ class Point:
     state: str = "new"  # new | done | resume | running | queued | retry | diverged | corrupt
     detail: str = ""
     short: str = ""  # the overrides that differ between the sweep's points
-    meta: dict[str, Any] = field(default_factory=dict)  # the run's meta.json as last read
+    meta: RunMeta = field(default_factory=RunMeta)  # the run's meta.json as last read
 
     @property
     def label(self) -> str:
@@ -278,6 +281,9 @@ def plan(points: list[list[str]]) -> list[Point]:
 
 TODO = ("new", "retry", "resume")  # the states a sweep trains (every other point is skipped or left out)
 BUSY = ("running", "queued")  # another process or a Slurm task has the point: the sweep leaves it alone
+_SKIPPED = {State.DONE: ("done", "finished: skipped"), State.QUEUED: ("queued", "in a Slurm job: skipped"),
+            State.RUNNING: ("running", "being trained by another process: skipped"), State.DIVERGED: ("diverged", ""),
+            State.UNREADABLE: ("corrupt", "")}  # a run's State → the point's (state, detail)
 LEFT = ("diverged", "corrupt")  # not run again, counted as failures: a deterministic run diverges again; an
 # unreadable run directory needs a person (the message says what to do), and never blocks the other points
 
@@ -306,36 +312,26 @@ def slurm_job_alive(job: str) -> bool:
 
 
 def inspect(point: Point) -> Point:
-    """Set the point's state: done (skip), queued (held by a Slurm job), running (locked by another process),
-    resume (checkpoint at step k), retry (failed before), new."""
-    from pe_bench.runs import RunFileError
+    """Set the point's state from its run's (pe_bench.runs.state_of): done (skip), queued (held by a Slurm job),
+    running (locked by another process), resume (a checkpoint at step k), retry (failed before), new; diverged and
+    corrupt (unreadable) are left out."""
+    from pe_bench.runs import state_of
 
-    run = point.run
-    try:
-        meta = point.meta = run.meta()
-        if run.config.exists():
-            run.load_config()
-    except RunFileError as e:
-        point.state, point.detail, point.meta = "corrupt", f"{e}", {}
-        return point
-    steps = point.cfg.train.steps
-    job = meta.get("slurm_job")
-    if meta.get("status") == "diverged":
-        point.state = "diverged"
-        point.detail = (f"diverged at step {meta.get('diverged_step')} before: not retried (the same config "
-                        "diverges again; change train.lr, or delete the run directory to retry)")
-    elif run.is_done():
-        point.state, point.detail = "done", "finished: skipped"
-    elif job and slurm_job_alive(job):  # queued, running, or requeued after its time limit
-        point.state, point.detail = "queued", f"in Slurm job {job}: skipped"
-    elif run.is_locked():
-        point.state, point.detail = "running", "being trained by another process: skipped"
-    elif run.checkpoint.exists():
-        at = meta.get("checkpoint_step")
+    now = state_of(point.run, slurm_job_alive)
+    point.meta = now.meta
+    steps, at = point.cfg.train.steps, now.meta.checkpoint_step
+    if now.state in _SKIPPED:
+        point.state, point.detail = _SKIPPED[now.state]
+        if now.state == State.DIVERGED:
+            point.detail = (f"diverged at step {now.meta.diverged_step} before: not retried (the same config "
+                            "diverges again; change train.lr, or delete the run directory to retry)")
+        elif now.state == State.UNREADABLE:
+            point.detail = now.detail
+    elif now.checkpoint:
         point.state = "resume"
         point.detail = "resumes from its checkpoint" + (f" (step {at}/{steps})" if at is not None else "")
-    elif meta.get("status") == "failed":
-        point.state, point.detail = "retry", f"failed before ({meta.get('error', '?')}): retried"
+    elif now.state == State.FAILED:
+        point.state, point.detail = "retry", f"failed before ({now.meta.error or '?'}): retried"
     else:
         point.state, point.detail = "new", "to train"
     return point
@@ -384,6 +380,53 @@ def report_dir(sweep: SweepConfig, points: list[Point]) -> Path:
     return Path(sweep.out) if sweep.out else Path(points[0].cfg.results_dir) / sweep.name
 
 
+GRID_KEYS = ("schemes", "seeds", "seq_lens", "task", "model", "data", "train", "eval", "grid", "scheme_variants",
+             "overrides", "extension")  # the sweep.* keys that change which points a sweep has
+
+
+def grid_changes(run_keys: list[str], sweep_keys: list[str]) -> list[str]:
+    """The command line's overrides that change a sweep's grid: every run override but where results go, and the
+    sweep.* keys among GRID_KEYS."""
+    places = ("results_dir", "cache_dir")
+    return ([o for o in run_keys if o.partition("=")[0].lstrip("+~") not in places]
+            + [f"sweep.{o}" for o in sweep_keys if o.partition("=")[0].split(".")[0] in GRID_KEYS])
+
+
+def check_report_dir(sweep: SweepConfig, points: list[Point], changed: list[str]) -> None:
+    """Refuse, before anything runs, a sweep whose grid differs from its config's (``changed``: the command line's
+    run and sweep.* overrides) and whose default report directory holds files git tracks: committed results are
+    rewritten only by the command that made them, or into a directory the user names."""
+    from pe_bench.runs import git_tracked
+
+    out = report_dir(sweep, points)
+    if sweep.out or not changed or not git_tracked(out):
+        return
+    raise ConfigError(f"{out} holds committed results (git tracks its files) and this sweep changes sweep={sweep.name}'s "
+                      f"grid ({' '.join(changed)}): give the report another place with --out DIR (or results_dir=DIR)")
+
+
+def evaluate_finished(points: list[Point], say: Callable[[str], None]) -> list[str]:
+    """Every point that was finished before this sweep, evaluated at the sweep's settings where its rows for them
+    are missing (a run trained by `pe-bench train` with other evaluation settings; rows already there are kept).
+    Returns one line per point that could not be (busy, or its checkpoint is gone): the report names them."""
+    from pe_bench.experiment import evaluate_run
+    from pe_bench.runs import RunBusy, RunFileError
+
+    unevaluated = []
+    for p in points:
+        if p.state != "done":
+            continue
+        try:
+            with p.run.lock():
+                rows = evaluate_run(p.run, p.cfg, only_missing=True, trained=p.run.load_config(), progress=False)
+        except (RunBusy, RunFileError) as e:
+            unevaluated.append(f"{p.run.path.name}: not evaluated at this sweep's settings ({e})")
+            continue
+        if rows:
+            say(f"{p.run.path.name}: finished before, evaluated at this sweep's settings ({len(rows)} rows)")
+    return unevaluated
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # How long the points still to do will take, from finished runs of the same shape
 # ---------------------------------------------------------------------------------------------------------------
@@ -419,7 +462,7 @@ def estimate(points: list[Point], parallel: int = 1) -> tuple[float | None, str]
         train_part = statistics.median([f[3] for f in matches])
         left = 1.0
         if p.state == "resume":
-            at = p.meta.get("checkpoint_step")
+            at = p.meta.checkpoint_step
             left = 1.0 - min(int(at), p.cfg.train.steps) / p.cfg.train.steps if at is not None else 1.0
         times.append(wall - train_part * (1.0 - left))
     if unknown:
@@ -469,27 +512,22 @@ def _finished_runs(dirs: set[Path]) -> list[tuple[tuple, str, float, float, str,
 
     A resumed run's wall_seconds is its last session's only: its time is then train_seconds (summed over the
     sessions) + eval_seconds. Unreadable run directories are passed over."""
-    import json
-
     import yaml
+
+    from pe_bench.runs import RunFileError, Status
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     out = []
     for root in sorted(dirs):
         for meta_path in sorted(root.glob("*/meta.json")) if root.is_dir() else []:
             try:
-                meta = json.loads(meta_path.read_text(encoding="utf-8"))
-                if meta.get("status") != "done":
+                meta = Run(meta_path.parent).meta()
+                if meta.status != Status.DONE or meta.wall is None:
                     continue
-                train_s = float(meta.get("train_seconds") or 0.0)
-                if meta.get("resumed_from") or meta.get("wall_seconds") is None:
-                    wall = train_s + float(meta["eval_seconds"])
-                else:
-                    wall = float(meta["wall_seconds"])
                 d = yaml.load((meta_path.parent / "config.yaml").read_text(encoding="utf-8"), Loader=loader)
-                out.append((_shape(d), d["scheme"]["name"], wall, min(train_s, wall), meta_path.parent.name,
-                            str(meta.get("device", "?"))))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+                out.append((_shape(d), d["scheme"]["name"], meta.wall, min(meta.train_seconds or 0.0, meta.wall),
+                            meta_path.parent.name, meta.device or "?"))
+            except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError, RunFileError):
                 continue
     return out
 

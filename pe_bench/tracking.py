@@ -46,10 +46,11 @@ class TensorBoard(Tracker):
 class Wandb(Tracker):
     """A W&B run in <run>/wandb/ named after the run directory, with its config; offline unless logger.mode=online."""
 
-    def __init__(self, run_dir: Path, name: str, config: dict[str, Any], project: str, mode: str) -> None:
+    def __init__(self, run_dir: Path, name: str, config: dict[str, Any], project: str, mode: str,
+                 group: str | None = None) -> None:
         import wandb
 
-        self.run = wandb.init(project=project, name=name, dir=str(run_dir), mode=mode, config=config,
+        self.run = wandb.init(project=project, name=name, dir=str(run_dir), mode=mode, config=config, group=group,
                               reinit="finish_previous", settings=wandb.Settings(silent=True))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -68,7 +69,7 @@ def open_tracker(logger: Any, run_dir: Path, name: str, config: dict[str, Any]) 
     if logger.name == "tensorboard":
         return TensorBoard(run_dir, config)
     if logger.name == "wandb":
-        return Wandb(run_dir, name, config, logger.project, logger.mode)
+        return Wandb(run_dir, name, config, logger.project, logger.mode, logger.group)
     return Tracker()
 
 

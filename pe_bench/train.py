@@ -195,7 +195,7 @@ def train(cfg: Config, run: Run, corpus: TokenizedCorpus | TaskData, device: tor
     if problem:
         raise ConfigError(problem)
     if step and world.is_main:
-        run.update_meta(resumed_from=[*run.meta().get("resumed_from", []), step])
+        run.update_meta(resumed_from=[*(run.meta().resumed_from or []), step])
     Trainer(cfg, run, corpus, device, model, opt, world, history, window_losses, tracker).run(step, progress)
     return model.eval()
 

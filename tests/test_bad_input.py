@@ -260,3 +260,23 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, message, tmp_pat
     assert "Traceback" not in r.output
     assert r.output.strip().count("\n") == 0, r.output
     assert not results.exists()  # nothing was created
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["train", "task=addition", "task.abacus_max_offset=5000"], "task.abacus_max_offset=5000 is out of range"),
+    (["train", "task=copy", "task.symbols=10000000000"], "task.symbols=10000000000 is out of range"),
+    (["train", "scheme=layered", "scheme.chunked=true"], "set scheme.window too"),
+    (["train", "+foo=1"], "write foo=1"),
+    (["train", "hydra.run.dir=/tmp/elsewhere"], "does not use Hydra's own settings"),
+    (["sweep", "+train.lr=1", "--dry-run"], "write train.lr=1"),
+    (["train", "-m", "scheme=rope,alibi"], "pe-bench sweeps with `pe-bench sweep"),
+])
+def test_hydra_habits_and_values_training_would_die_on_are_one_line_before_anything_exists(args, message, tmp_path):
+    r = runner.invoke(app, [*args, f"results_dir={tmp_path}"])
+    assert r.exit_code == 2 and message in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
+
+
+def test_cfg_refuses_what_train_refuses():
+    r = runner.invoke(app, ["train", "scheme=rope", "scheme.base=-1", "--cfg"])
+    assert r.exit_code == 2 and "scheme.base=-1 is out of range" in r.output

@@ -73,8 +73,8 @@ def test_the_fine_tune_trains_evaluates_and_records_its_parent(parents):
     assert run.path.parent == parent.path.parent  # beside its parent
     assert run.path.name.startswith(parent.path.name.rsplit("-", 1)[0] + "-ft2-L64-")
     meta = run.meta()
-    assert meta["status"] == "done"
-    assert meta["parent"] == {"run": parent.path.name, "path": str(parent.path), "steps_before": 3}
+    assert meta.status == "done"
+    assert meta.parent == {"run": parent.path.name, "path": str(parent.path), "steps_before": 3}
     rows = read_csv(run.eval_csv)
     # the parent's lengths (eval.lengths=[32] here) and the fine-tune's own L, rows relative to the original L
     assert {r["L_eval"] for r in rows} == {"32", "64"} and {r["L_train"] for r in rows} == {"32"}

@@ -43,7 +43,7 @@ def test_training_with_the_bar_off_prints_plain_step_lines_and_a_run_summary(tmp
     m = re.fullmatch(rf"done {re.escape(run.path.name)}: final train loss (\d+\.\d{{3}}), ppl (\d+\.\d\d) at L=32, "
                      r"(\d+\.\d\d) at 256 \(8L\), wall (\d+s|\d+m\d\ds)", summary[0])
     assert m, summary[0]
-    assert float(m[1]) == pytest.approx(meta["final_train_loss"], abs=1e-3)
+    assert float(m[1]) == pytest.approx(meta.final_train_loss, abs=1e-3)
     at_l = next(e for e in evals if e["L"] == "32" and e["mode"] == "nonoverlapping")
     assert m[2] == at_l["ppl"]  # the summary's numbers are the evaluation's
 

@@ -110,9 +110,11 @@ def check_pages(out, command: str, runs: int) -> None:
 
     doc = json.loads((out / "results.json").read_text())
     assert doc["command"] == command and len(doc["runs"]) == runs and doc["made_by"]["pe_bench"]
+    from pe_bench.report.pages import cell_value
+
     for name, rows in doc["tables"].items():
         with (out / name).open(newline="") as f:
-            assert rows == list(csv.DictReader(f)), name
+            assert rows == [{k: cell_value(v) for k, v in r.items()} for r in csv.DictReader(f)], name
     assert set(doc["files"]) | {"README.md", "results.json", "index.html"} == {p.name for p in out.iterdir()}
     page = (out / "index.html").read_text()
     targets = re.findall(r'(?:href|src)="([^"]+)"', page)
@@ -523,3 +525,15 @@ def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context
     assert "## Context use past L on the validation split" in md
     assert "| rope | 64 | 2.000 | +0.100 [+0.090, +0.110] | +0.500 [+0.490, +0.510] | 1 |" in md
     assert "gain past L" not in comparison(Collected(df[df["scheme"] == "old"]), "nonoverlapping").columns
+
+
+def test_results_json_holds_numbers_as_numbers_and_labels_as_strings():
+    from pe_bench.report.pages import cell_value
+
+    assert cell_value("6.736 ± 0.022 [6.682, 6.791]") == {"mean": 6.736, "std": 0.022, "low": 6.682, "high": 6.791}
+    assert cell_value("100.0 [99.0, 100.0]") == {"mean": 100.0, "low": 99.0, "high": 100.0}
+    assert cell_value("+0.011 [-0.009, +0.012]") == {"mean": 0.011, "low": -0.009, "high": 0.012}
+    assert cell_value("32") == 32 and isinstance(cell_value("32"), int) and cell_value("0.983") == 0.983
+    assert cell_value("") is None
+    for label in ("t on log, 3 seeds", "n/a", "diverged", "nan", "alibi · model.n_layers=2", "not learnt at L"):
+        assert cell_value(label) == label

@@ -13,7 +13,7 @@ from pe_bench.cli import app
 from pe_bench.distributed import clear_stop, request_stop
 from pe_bench.markdown import label_value, table
 from pe_bench.report import collect_all, comparison, read_windows
-from pe_bench.runs import Run, RunFileError
+from pe_bench.runs import Run, RunFileError, RunMeta
 
 runner = CliRunner()
 SMALL = ["train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32"]
@@ -483,7 +483,7 @@ def test_a_diverged_runs_rows_stand_exactly_where_its_evaluation_rows_would(trai
     run = Run(run_named(trained[0], prefix))
     meta = run.meta()
     real = read_eval_rows(run, meta)
-    rows = _diverged_rows(run.load_config(), {**meta, "diverged_step": 17})
+    rows = _diverged_rows(run.load_config(), meta.with_updates(run.meta_path, diverged_step=17))
     assert [{k: str(r[k]) for k in KEYS} for r in rows] == [{k: str(r[k]) for k in KEYS} for r in real]
     for r in rows:
         assert (r["loss"], r["ppl"], r["bpb"], r["tokens_scored"], r["status"], r["step"]) == (
@@ -504,12 +504,12 @@ def test_a_diverged_run_says_diverged_under_the_label_of_each_of_its_eval_time_v
     run = Run(run_named(trained[0], "rope"))
     cfg = run.load_config()
     on = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, variants=True))
-    rows = _diverged_rows(on, {"diverged_step": 2})
+    rows = _diverged_rows(on, RunMeta(diverged_step=2))
     labels = list(dict.fromkeys(r["scheme"] for r in rows))
     variants = yaml.safe_load((config_dir() / "scheme" / "rope.yaml").read_text())["eval_variants"]
     assert len(labels) == 1 + len(variants) and labels[0] == "rope" and "rope+yarn×8" in labels
     assert all(label.startswith("rope+") for label in labels[1:])
-    alone = _diverged_rows(cfg, {"diverged_step": 2})
+    alone = _diverged_rows(cfg, RunMeta(diverged_step=2))
     assert {r["scheme"] for r in alone} == {"rope"}
     for label in labels:
         assert [{**r, "scheme": "rope"} for r in rows if r["scheme"] == label] == alone
@@ -532,7 +532,7 @@ def test_a_diverged_runs_length_ratios_are_rounded_like_its_evaluation_rows():
     ev = evaluate(build_model(cfg, 256).eval(), cfg, tokens, np.ones(256, dtype=np.int64),
                           torch.device("cpu"), quiet=True)
     real = ev.rows
-    rows = _diverged_rows(cfg, {"diverged_step": 1})
+    rows = _diverged_rows(cfg, RunMeta(diverged_step=1))
     assert [(r["L_eval"], r["mode"], r["ratio"]) for r in rows] == [(r["L_eval"], r["mode"], r["ratio"]) for r in real]
     assert rows[-1]["ratio"] == 2.0833
 
@@ -569,7 +569,7 @@ def test_a_diverged_run_gives_diverged_rows_beside_the_rows_its_eval_csv_holds(r
     meta.update(status="diverged", diverged_step=3)
     (rope / "meta.json").write_text(json.dumps(meta))
     run = Run(rope)
-    expected = _diverged_rows(run.load_config(), meta)
+    expected = _diverged_rows(run.load_config(), run.meta())
     col = collect_all([run])
     assert col.left_out == []
     assert col.df["status"].value_counts().to_dict() == {"diverged": len(expected),

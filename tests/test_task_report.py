@@ -46,7 +46,7 @@ def test_a_task_run_writes_accuracy_rows_by_length_and_depth(results):
     assert (rows["status"] == "ok").all() and (rows["examples"] == 8).all()
     assert rows["exact_match"].between(0, 1).all()
     meta = run.meta()
-    assert meta["status"] == "done" and meta["accuracy_csv_sha256"]
+    assert meta.status == "done" and meta.accuracy_csv_sha256
     assert not run.eval_csv.exists()
 
 
@@ -78,11 +78,11 @@ def test_diverged_unfinished_and_altered_runs_are_never_averaged_in(results, tmp
     runs = [Run(p) for p in sorted((root / "runs").iterdir())]
     s0, s1 = (r for r in runs if r.path.name.startswith("passkey"))
     meta = s1.meta()
-    s1.meta_path.write_text(json.dumps({**meta, "status": "diverged", "diverged_step": 7}))
+    s1.meta_path.write_text(json.dumps({**meta.to_json(), "status": "diverged", "diverged_step": 7}))
     acc = collect_accuracy(runs)
     table = accuracy_table(acc.df, "passkey")
     assert set(table.iloc[0][["32", "64", "128", "256"]]) == {"diverged"}
-    s1.meta_path.write_text(json.dumps({**meta, "status": "running"}))
+    s1.meta_path.write_text(json.dumps({**meta.to_json(), "status": "running"}))
     acc = collect_accuracy(runs)
     assert any("is not finished" in line and s1.path.name in line for line in acc.left_out)
     assert int(accuracy_table(acc.df, "passkey")["seeds"].iloc[0]) == 1
@@ -150,7 +150,7 @@ def test_accuracy_csv_has_the_documented_columns_and_its_checksum_in_meta_json(r
     ok = rows[rows["status"] == "ok"]  # one x (solved) or . per held-out example, in order
     assert all(len(o) == n and o.count("x") == s for o, n, s in zip(ok["outcomes"], ok["examples"], ok["solved"]))
     assert set(rows["status"]) <= {"ok", "not_applicable", "nonfinite"} and set(rows["precision"]) == {"fp32"}
-    assert run.meta()["accuracy_csv_sha256"] == file_sha256(run.accuracy_csv)
+    assert run.meta().accuracy_csv_sha256 == file_sha256(run.accuracy_csv)
 
 
 def test_report_writes_the_leaderboard_and_compares_two_rows_on_the_same_examples(results, tmp_path):

@@ -138,6 +138,6 @@ def test_a_run_is_also_scored_on_sparse_and_dense_sequences_as_their_own_rows(tm
     dense = build_task(TaskConfig(name="flipflop", ignore_prob=0.1))
     assert chance[("flipflop[ignore_prob=0.1]", 64)] == dense.chance(64)
     assert chance[("flipflop", 64)] == build_task(TaskConfig(name="flipflop")).chance(64)
-    run.meta_path.write_text(json.dumps({**run.meta(), "status": "diverged", "diverged_step": 3}))
+    run.meta_path.write_text(json.dumps({**run.meta().to_json(), "status": "diverged", "diverged_step": 3}))
     diverged = collect_accuracy([run]).df
     assert sorted(set(diverged["task"])) == sorted(set(rows["task"])) and set(diverged["status"]) == {"diverged"}

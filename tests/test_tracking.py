@@ -21,8 +21,8 @@ TINY = ["train=smoke", "eval=smoke", "model.n_layers=2", "model.d_model=32", "mo
         "train.log_interval=5", "train.val_interval=10"]
 
 
-def trained(tmp_path: Path, logger: str) -> Path:
-    r = subprocess.run([sys.executable, "-m", "pe_bench", "train", f"logger={logger}", *TINY,
+def trained(tmp_path: Path, logger: str, *more: str) -> Path:
+    r = subprocess.run([sys.executable, "-m", "pe_bench", "train", f"logger={logger}", *TINY, *more,
                         f"results_dir={tmp_path}", "--no-progress"], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "WANDB_SILENT": "true"})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -46,7 +46,7 @@ def test_tensorboard_event_files_hold_the_training_curve_and_the_evaluation(tmp_
     assert loss == [(int(r["step"]), float(r["loss"])) for r in rows]  # every train.csv row, same numbers
     val = [(e.step, round(e.value, 5)) for e in events.Scalars("val/loss")]
     assert val == [(int(r["step"]), float(r["val_loss"])) for r in rows if r["val_loss"]] and len(val) == 2
-    assert "eval/alibi/nonoverlapping/ppl@32" in events.Tags()["scalars"]
+    assert "eval/nonoverlapping/ppl@32" in events.Tags()["scalars"]  # alike in every run: curves overlay
 
 
 def wandb_records(run: Path) -> list:
@@ -81,16 +81,17 @@ def key(item) -> str:
 
 
 def test_an_offline_wandb_run_holds_the_training_curve_the_config_and_the_evaluation(tmp_path):
-    run = trained(tmp_path, "wandb")
+    run = trained(tmp_path, "wandb", "logger.group=my-sweep")
     records = wandb_records(run)
     history = [(r.history.step.num, {key(i): float(i.value_json) for i in r.history.item})
                for r in records if r.WhichOneof("record_type") == "history"]
     rows = train_csv(run)
     assert [(step, h["train/loss"]) for step, h in history] == [(int(r["step"]), float(r["loss"])) for r in rows]
     summary = {key(i) for r in records if r.WhichOneof("record_type") == "summary" for i in r.summary.update}
-    assert "eval/alibi/nonoverlapping/ppl@32" in summary
+    assert "eval/nonoverlapping/ppl@32" in summary
     [run_record] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run_record.display_name == run.name and run_record.project == "pe-bench"
+    assert run_record.run_group == "my-sweep"
     assert any(key(i) == "scheme" for i in run_record.config.update)
 
 
@@ -110,3 +111,24 @@ def test_a_logger_whose_package_is_missing_is_refused_before_anything_is_created
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(ConfigError, match=r"logger=wandb needs the wandb package: pip install 'pe-bench\[wandb\]'"):
         compose(["logger=wandb"])
+
+
+def test_tracker_keys_are_alike_in_every_run_and_variants_say_which():
+    from pe_bench.experiment import final_metrics
+
+    rows = [{"scheme": "rope", "mode": "sliding", "L_eval": 64, "ppl": "5.5", "status": "ok"},
+            {"scheme": "rope+yarn×8", "mode": "sliding", "L_eval": 64, "ppl": "5.1", "status": "ok"},
+            {"scheme": "rope", "mode": "sliding", "L_eval": 128, "ppl": "nan", "status": "nonfinite"}]
+    assert final_metrics(rows, "rope", "lm") == {"eval/sliding/ppl@64": 5.5, "eval/sliding/ppl@64/rope+yarn×8": 5.1}
+    acc = [{"scheme": "alibi", "task": "flipflop", "L_eval": 32, "depth": "", "exact_match": "0.9", "status": "ok"},
+           {"scheme": "alibi", "task": "flipflop[sparse]", "L_eval": 32, "depth": "", "exact_match": "0.7",
+            "status": "ok"}]
+    assert final_metrics(acc, "alibi", "flipflop") == {"eval/exact_match@32": 0.9,
+                                                        "eval/exact_match@32/flipflop[sparse]": 0.7}
+
+
+def test_a_sweep_files_its_runs_under_its_name():
+    from pe_bench.sweep import expand, load_sweep
+
+    [point] = expand(load_sweep("paper"), ["scheme=rope"])
+    assert compose(point).logger.group == "paper"

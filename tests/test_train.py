@@ -85,7 +85,7 @@ def test_bf16_autocast_path_trains_and_evaluates(tmp_path):
     rows = read_csv(run.train_csv)
     first, last = float(rows[0]["loss"]), float(rows[-1]["loss"])
     assert last < first - 0.5 and last < 4.5, (first, last)  # learning: a uniform model is ln 256 = 5.55
-    assert run.meta()["precision"] == "bf16"
+    assert run.meta().precision == "bf16"
     ev = read_csv(run.eval_csv)
     assert [r["status"] for r in ev] == ["ok", "ok"] and {r["precision"] for r in ev} == {"bf16"}
 

@@ -33,11 +33,12 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     from pe_bench.config import reference_length, run_lengths
     from pe_bench.data import load_data
     from pe_bench.experiment import check_eval_overrides, check_same_run
+    from pe_bench.runs import Status
     from pe_bench.train import load_trained
 
     check_eval_overrides(saved, cfg)
     check_same_run(run, saved)
-    if run.meta().get("status") != "done":
+    if run.meta().status != Status.DONE:
         warn(f"{run_dir} is not finished: analysing its last checkpoint")
     device = resolve_device(cfg.train.device)
     data = load_data(cfg)
@@ -46,7 +47,7 @@ def analyze(run_dir: Path = typer.Argument(..., help="A run directory (results/r
     rows = attention_stats(model, cfg, data, device, examples, buckets, step)
     label = build_scheme(cfg, spec).label()
     suffix = "" if label == saved.scheme["name"] else "-" + "".join(c if c.isalnum() else "_" for c in label)
-    made_at = {"step": step, "steps": saved.train.steps, "run_status": run.meta().get("status")}
+    made_at = {"step": step, "steps": saved.train.steps, "run_status": run.meta().status.value}
     written = write_analysis(rows, out or run.path / f"analysis{suffix}",
                              default_title(cfg, label, max(run_lengths(cfg))) + (
                                  f" (step {step}/{saved.train.steps})" if step != saved.train.steps else ""), made_at)

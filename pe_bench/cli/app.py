@@ -62,6 +62,11 @@ class OneLineErrors(TyperGroup):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        argv = list(kwargs.get("args") or (args[0] if args else None) or sys.argv[1:])
+        if any(a in ("-m", "--multirun") for a in argv):
+            error("-m/--multirun is Hydra's sweep switch; pe-bench sweeps with `pe-bench sweep KEY=a,b ...` (every "
+                  "comma list an axis; `pe-bench sweep --help`)")
+            sys.exit(2)
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)  # typer.Exit(n) comes back as n
         except click_errors.NoArgsIsHelpError as e:

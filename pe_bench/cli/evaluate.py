@@ -50,6 +50,7 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
         return
     from pe_bench.distributed import stop_on_signals
     from pe_bench.experiment import check_eval_overrides, check_same_run, evaluate_run
+    from pe_bench.runs import Status
 
     check_eval_overrides(saved, cfg)
     if any(o.lstrip("+~").startswith("scheme") and not o.lstrip("+~").startswith("scheme.eval_variants")
@@ -58,10 +59,10 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
     stop_on_signals()  # SIGTERM/SIGUSR1: stop before the next length, exit 3, as during train
     with run.lock():  # a run being trained (or evaluated) by another process is left alone: exit 4
         meta = run.meta()
-        if meta.get("status") != "done" and not partial:
-            at = meta.get("checkpoint_step")
+        if meta.status != Status.DONE and not partial:
+            at = meta.checkpoint_step
             where = f", checkpoint at step {at} of {saved.train.steps}" if at is not None else ""
-            raise ConfigError(f"{run_dir} is not finished (status {meta.get('status', 'unknown')}{where}): finish it "
+            raise ConfigError(f"{run_dir} is not finished (status {meta.status}{where}): finish it "
                               "with its `pe-bench train` command, or pass --partial to evaluate the checkpoint as "
                               "it is (each row records its step)")
         check_same_run(run, saved)

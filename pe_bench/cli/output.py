@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,6 +14,9 @@ from rich.table import Table
 
 from pe_bench.cli.app import console, say, warn
 from pe_bench.config import ConfigError
+
+if TYPE_CHECKING:
+    from pe_bench.runs import RunMeta
 
 
 def print_tables(df, split: str, wide: bool = False) -> None:
@@ -73,8 +78,9 @@ def print_run_table(run_path: Path, split: str) -> None:
 
 def report_tasks(acc, runs: int, out: Path, plots: bool, title: str | None = None, beside=None) -> Reported:
     """The accuracy tables, leaderboard and plots of ``runs`` task runs collected in ``acc`` (left-out runs named):
-    printed and written under ``out``; ``beside``: columns by scheme next to the effective lengths."""
-    from pe_bench.publish import write_accuracy_report
+    printed and written into ``out`` (a report's staging folder: staged_report); ``beside``: columns by scheme next
+    to the effective lengths."""
+    from pe_bench.publish import accuracy_files
 
     for line in acc.left_out:
         warn(f"left out: {line}")
@@ -85,26 +91,22 @@ def report_tasks(acc, runs: int, out: Path, plots: bool, title: str | None = Non
     _print_leaderboard(acc.df)
     title = title or f"pe-bench report: {runs - len(acc.left_out)} task runs"
     try:
-        written = write_accuracy_report(acc, out, title, plots, beside)
+        written = accuracy_files(acc, out, title, plots, beside)
     except ImportError:
-        written = write_accuracy_report(acc, out, title, plots=False, beside=beside)
+        written = accuracy_files(acc, out, title, False, beside)
         warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
-    for p in written:
-        say(f"wrote {p}")
     return Reported(written, _in_table(acc.meta, acc.df), acc.left_out)
 
 
 def write_report(df, pos, out: Path, title: str, split: str, modes, plots: bool) -> Reported:
-    """The perplexity tables and plots of ``df`` (a Collected), written under ``out``."""
-    from pe_bench.publish import write_report
+    """The perplexity tables and plots of ``df`` (a Collected), written into ``out`` (a staging folder)."""
+    from pe_bench.publish import report_files
 
     try:
-        written = write_report(df, pos, out, title, split, modes, plots)
+        written = report_files(df, pos, out, title, split, modes, plots)
     except ImportError:
-        written = write_report(df, pos, out, title, split, modes, plots=False)
+        written = report_files(df, pos, out, title, split, modes, False)
         warn("plots skipped: matplotlib is not installed (pip install 'pe-bench[plots]')")
-    for p in written:
-        say(f"wrote {p}")
     return Reported(written, _in_table(df.meta, df.df), df.left_out)
 
 
@@ -114,24 +116,41 @@ class Reported:
     lines."""
 
     written: list[Path] = field(default_factory=list)
-    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    meta: dict[str, RunMeta] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)
+    stage: Path = Path()  # the staging folder every part writes into (report_into)
 
-    def __add__(self, other: Reported) -> Reported:
-        return Reported(self.written + other.written, {**self.meta, **other.meta}, self.left_out + other.left_out)
+    def __iadd__(self, other: Reported) -> Reported:
+        self.written += other.written
+        self.meta = {**self.meta, **other.meta}
+        self.left_out += other.left_out
+        return self
 
 
-def _in_table(meta: dict[str, dict[str, Any]], df) -> dict[str, dict[str, Any]]:
+def _in_table(meta: dict[str, RunMeta], df) -> dict[str, RunMeta]:
     shown = set(df["run"]) if not df.empty else set()
     return {name: m for name, m in meta.items() if name in shown}
 
 
 def write_pages(out: Path, title: str, command: str, reported: Reported) -> None:
-    """README.md, results.json and index.html of the report directory ``out`` (pe_bench.report.pages)."""
+    """README.md, results.json and index.html into ``out`` (a staging folder; pe_bench.report.pages)."""
     from pe_bench.report.pages import write_pages
 
-    for p in write_pages(out, title, command, reported.written, reported.meta, reported.left_out):
-        say(f"wrote {p}")
+    reported.written += write_pages(out, title, command, reported.written, reported.meta, reported.left_out)
+
+
+@contextmanager
+def report_into(out: Path) -> Iterator[Reported]:
+    """One report's files, all written into one staging folder and moved into ``out`` together once every part is
+    written (pe_bench.report.files.staged_report); then one line per file written."""
+    from pe_bench.report.files import staged_report
+
+    reported = Reported()
+    with staged_report(out) as stage:
+        reported.stage = stage
+        yield reported
+    for p in reported.written:
+        say(f"wrote {out / p.name}")
 
 
 def find_runs(paths: list[str]) -> list[Path]:

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pe_bench.cli.app import app, command_line, console, friendly, warn
-from pe_bench.cli.output import Reported, print_tables, report_tasks, write_pages, write_report
+from pe_bench.cli.output import Reported, print_tables, report_into, report_tasks, write_pages, write_report
 from pe_bench.cli.output import find_runs as _find_runs
 from pe_bench.config import ConfigError
 
@@ -46,7 +46,7 @@ def report(ctx: typer.Context,
     environment, the tables, the figures) and results.json (every table as data, with versions and the command).
     Unreadable or unfinished run directories are left out, each named. Same inputs, same bytes. The console shows
     mean ± std within 120 columns (--wide: the intervals too)."""
-    from pe_bench.report import collect_positions, collect_runs
+    from pe_bench.report import collect_runs
     from pe_bench.report import compare as paired
     from pe_bench.runs import Run
 
@@ -54,12 +54,20 @@ def report(ctx: typer.Context,
     if compare and not got.accuracy.df.empty and (got.perplexity.df.empty or _has_rows(got.accuracy.df, compare)):
         _print_accuracy_comparison(got.accuracy, compare)
         return
-    reported = Reported()
-    if got.runs["accuracy"]:
-        reported += _report_tasks(got, out, plots, split)
-        if not got.runs["perplexity"]:
-            write_pages(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
-            return
+    filters = {"data": data, "model": model, "L_train": seq_len, "scheme": scheme}
+    if compare:
+        col, _, modes = _rows(got, filters, mode)
+        _print_comparison(paired(col, compare[0], compare[1], split, modes, partial), compare, split)
+        return
+    with report_into(out) as reported:
+        _report(ctx, got, reported, split, plots, wide, filters, mode)
+
+
+def _rows(got, filters: dict[str, list | None], mode: list[str] | None):
+    """(the language-model rows, their loss-by-position rows, the modes) that the filters keep; every run left out
+    is named. No rows left → ConfigError."""
+    from pe_bench.report import collect_positions
+
     runs = got.runs["perplexity"]
     col, pos = got.perplexity, collect_positions(runs, unplotted := [])
     for line in [f"left out: {x}" for x in col.left_out] + [f"left out of the plots: {x}" for x in unplotted]:
@@ -67,15 +75,25 @@ def report(ctx: typer.Context,
     if col.df.empty:
         raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
                           "out, above)")
-    col.df, pos, modes = _filtered(col.df, pos, {"data": data, "model": model, "L_train": seq_len, "scheme": scheme},
-                                   mode)
-    if compare:
-        _print_comparison(paired(col, compare[0], compare[1], split, modes, partial), compare, split)
-        return
+    col.df, pos, modes = _filtered(col.df, pos, filters, mode)
+    return col, pos, modes
+
+
+def _report(ctx, got, reported: Reported, split: str, plots: bool, wide: bool, filters: dict,
+            mode: list[str] | None) -> None:
+    """The parts of a report, each written into the staging folder ``reported.stage``: the task runs', the language
+    model runs', then the pages."""
+    if got.runs["accuracy"]:
+        reported += _report_tasks(got, reported.stage, plots, split)
+        if not got.runs["perplexity"]:
+            write_pages(reported.stage, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
+            return
+    runs = got.runs["perplexity"]
+    col, pos, modes = _rows(got, filters, mode)
     print_tables(col, split, wide)
-    reported += write_report(col, pos, out, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split, modes,
-                             plots)
-    write_pages(out, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
+    reported += write_report(col, pos, reported.stage, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split,
+                             modes, plots)
+    write_pages(reported.stage, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
     if col.left_out:
         warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
                   f"{len(runs) - len(col.left_out)}")

@@ -11,8 +11,9 @@ import typer
 from pe_bench.cli.app import app, friendly, say
 from pe_bench.cli.output import find_runs
 from pe_bench.config import ConfigError
+from pe_bench.runs import State
 
-STATUSES = ("done", "running", "stale", "interrupted", "failed", "diverged", "unreadable")
+STATUSES = tuple(s.value for s in State)
 STALE = ("stale: meta.json says running but no process holds the run (it was killed); the same `pe-bench train` "
          "command resumes it from its checkpoint")
 
@@ -44,29 +45,29 @@ def runs(paths: list[str] | None = typer.Argument(None, help="Results directorie
         typer.echo("  ".join(r[c].ljust(width.get(c, 0)) for c in columns).rstrip())
     counts = Counter(r["status"] for r in rows)
     say(f"{len(rows)} runs: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]))
-    if counts["stale"]:
+    if counts[State.STALE]:
         say(STALE)
 
 
 def _row(run) -> dict[str, str]:
     """A run's line; an unreadable meta.json or config.yaml makes a line that says so and why."""
-    from pe_bench.runs import RunFileError
+    from pe_bench.runs import RunFileError, State, state_of
+    from pe_bench.runs.state import RunState
 
+    now = state_of(run)
     try:
-        meta, cfg = run.meta(), run.load_config()
+        cfg = run.load_config() if now.state != State.UNREADABLE else None
         step, elapsed, val = _progress(run)
     except RunFileError as e:
-        return {"run": run.path.name, "status": "unreadable", "step": "", "wall": "", "val loss": "",
-                "numerics": str(e), "scheme": "", "task": ""}
-    status = str(meta.get("status", "new"))
-    if status == "running" and not run.is_locked():
-        status = "stale"
-    steps = cfg.train.steps
-    done = status == "done"
-    seconds = (meta.get("train_seconds", 0) + meta.get("eval_seconds", 0)) if done else elapsed
-    return {"run": run.path.name, "status": status, "step": f"{steps if done else step}/{steps}",
-            "wall": _duration(seconds), "val loss": _loss(meta.get("final_val_loss") if done else val),
-            "numerics": str(meta.get("numerics", "")), "scheme": cfg.scheme["name"], "task": cfg.task.name}
+        now, cfg = RunState(State.UNREADABLE, str(e)), None
+    if cfg is None:
+        return {"run": run.path.name, "status": str(State.UNREADABLE), "step": "", "wall": "", "val loss": "",
+                "numerics": now.detail, "scheme": "", "task": ""}
+    meta, steps = now.meta, cfg.train.steps
+    done = now.state == State.DONE
+    return {"run": run.path.name, "status": str(now.state), "step": f"{steps if done else step}/{steps}",
+            "wall": _duration(meta.wall if done else elapsed), "val loss": _loss(meta.final_val_loss if done else val),
+            "numerics": meta.numerics or "", "scheme": cfg.scheme["name"], "task": cfg.task.name}
 
 
 def _progress(run) -> tuple[int, float | None, float | None]:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pe_bench.cli.app import app, console, friendly, presets_help, say, set_verbose, verbose_option, warn
-from pe_bench.cli.output import Reported, print_tables, report_tasks, write_pages, write_report
+from pe_bench.cli.output import print_tables, report_into, report_tasks, write_pages, write_report
 from pe_bench.config import ConfigError
 
 
@@ -31,6 +31,9 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
                                                   help="Write DIR/jobs.txt and DIR/sweep.sbatch (a plain Slurm "
                                                   "array script) instead of running."),
           out: Path | None = typer.Option(None, help="Report directory (default: <results_dir>/<sweep name>)."),
+          evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Evaluate points finished before at this "
+                                        "sweep's settings where their rows are missing (--no-eval: the report "
+                                        "lists them instead)."),
           progress: bool = typer.Option(True, help="Show progress bars."),
           wide: bool = typer.Option(False, "--wide", help="Print the report's tables with their 95% intervals."),
           verbose: bool = verbose_option()) -> None:
@@ -38,7 +41,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sweep is every registered scheme × 3 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
-    from pe_bench.sweep import expand, load_sweep, plan, report_dir, split_overrides
+    from pe_bench.sweep import check_report_dir, expand, grid_changes, load_sweep, plan, report_dir, split_overrides
 
     set_verbose(verbose)
     name, sweep_keys, run_keys = split_overrides(overrides or [])
@@ -55,6 +58,9 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     run_with = launchers.for_sweep(sw, command, emit_sbatch, progress)
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
+    check_report_dir(sw, points, grid_changes(run_keys, sweep_keys))
+    if dry_run:
+        say(f"runs go to {points[0].run.path.parent}, the report to {report_dir(sw, points)}")
     results = _run_stage(points, sw, sw.name, run_with, dry_run)
     if dry_run and sw.extension is not None:  # the fine-tunes of the parents that are finished already
         from pe_bench.sweep import finetune_points
@@ -80,7 +86,10 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
         if more is None:
             return
         points, results = points + children, {**results, **more}
-    _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0, wide)
+    from pe_bench.sweep import evaluate_finished
+
+    unevaluated = evaluate_finished(points, say) if evaluate and run_with.trains_here else []
+    _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0, wide, unevaluated)
 
 
 def _run_stage(points, sw, name: str, run_with, dry_run: bool) -> dict[str, str] | None:
@@ -141,8 +150,10 @@ def _print_plan(points, name: str) -> None:
     say(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
 
 
-def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float, wide: bool = False) -> None:
-    """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed."""
+def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float, wide: bool = False,
+                  unevaluated: list[str] | None = None) -> None:
+    """Summary table of every point, the report of the finished ones, the counts; exit 1 if any point failed.
+    A finished point with no row at the sweep's settings is named in the report's left-out lines, never dropped."""
     from pe_bench.report import MODES, collect_positions, collect_runs
     from pe_bench.sweep import BUSY, LEFT
 
@@ -152,22 +163,23 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     _print_summary(points, results)
     got = collect_runs([p.run for p in points if p.state == "done" or p.state == "diverged"],
                        keep=_evaluated_here(points))
-    reported = Reported()
-    if got.runs["accuracy"]:
-        reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), out, plots=True, title=title)
-    runs = got.runs["perplexity"]
-    col = got.perplexity if runs else None
-    for line in col.left_out if col is not None else []:
-        warn(f"left out of the report: {line}")
-    if col is not None and not col.df.empty:
-        pos = collect_positions(runs, unplotted := [])
-        for line in unplotted:
-            warn(f"left out of the plots: {line}")
-        split = points[0].cfg.eval.split
-        print_tables(col, split, wide)
-        reported += write_report(col, pos, out, title, split, MODES, plots=True)
-    if reported.written:
-        write_pages(out, title, title, reported)  # a sweep's title is its command
+    got.perplexity.left_out += _not_in_report(points, got, unevaluated or [])
+    with report_into(out) as reported:
+        if got.runs["accuracy"]:
+            reported += report_tasks(got.accuracy, len(got.runs["accuracy"]), reported.stage, plots=True, title=title)
+        runs = got.runs["perplexity"]
+        col = got.perplexity if runs else None
+        for line in col.left_out if col is not None else []:
+            warn(f"left out of the report: {line}")
+        if col is not None and not col.df.empty:
+            pos = collect_positions(runs, unplotted := [])
+            for line in unplotted:
+                warn(f"left out of the plots: {line}")
+            split = points[0].cfg.eval.split
+            print_tables(col, split, wide)
+            reported += write_report(col, pos, reported.stage, title, split, MODES, plots=True)
+        if reported.written:
+            write_pages(reported.stage, title, title, reported)  # a sweep's title is its command
     counts = {k: sum(v == k for v in results.values()) for k in ("trained", "failed", "busy", "stopped")}
     counts["failed"] += left
     say(f"{len(points)} points: {counts['trained']} trained, {skipped} skipped (finished before), "
@@ -179,6 +191,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
 
 def _print_summary(points, results: dict[str, str]) -> None:
     """One line per point: its run, status (as the sweep left it, read again), throughput, wall time, error."""
+    from pe_bench.runs import Status
     from pe_bench.sweep import LEFT, inspect
 
     summary = Table(title="runs", header_style="bold")
@@ -188,12 +201,16 @@ def _print_summary(points, results: dict[str, str]) -> None:
         inspect(p)
         meta = p.meta
         status = results.get(p.label, "skipped" if p.state == "done" else p.state)
-        if status == "failed" and meta.get("status") == "diverged":
+        if status == "failed" and meta.status == Status.DIVERGED:
             status = "diverged"
-        error = meta.get("error") or p.detail * (p.state in LEFT)
-        summary.add_row(escape(p.run.path.name), escape(status), f"{meta.get('train_tokens_per_s', '')}",
-                        f"{meta.get('wall_seconds', '')}", escape(str(error)))
+        error = meta.error or p.detail * (p.state in LEFT)
+        summary.add_row(escape(p.run.path.name), escape(status), _blank(meta.train_tokens_per_s, ".0f"),
+                        _blank(meta.wall, ".1f"), escape(str(error)))
     console.print(summary)
+
+
+def _blank(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
 
 
 def _evaluated_here(points):
@@ -218,3 +235,23 @@ def _evaluated_here(points):
                                                                                df["budget"])]
 
     return ours
+
+
+def _not_in_report(points, got, unevaluated: list[str]) -> list[str]:
+    """One line per finished point whose run gives no row of this sweep's settings and is not named yet: evaluated
+    at other settings only (which: its eval.csv's lengths and budgets)."""
+    from pe_bench.runs import read_csv
+
+    shown = set(got.perplexity.df.get("run", ())) | set(got.accuracy.df.get("run", ()))
+    named = " ".join(got.left_out)
+    lines = list(unevaluated)
+    for p in points:
+        name = p.run.path.name
+        if p.state != "done" or name in shown or name in named or any(line.startswith(name) for line in lines):
+            continue
+        rows = read_csv(p.run.eval_csv)
+        settings = sorted({(int(r["L_eval"]), r.get("budget", "")) for r in rows if r.get("L_eval", "").isdigit()})
+        lines.append(f"{name}: evaluated at other settings only (length, token budget: "
+                     f"{', '.join(f'{n} {b}'.strip() for n, b in settings) or 'none'}); run the sweep without "
+                     "--no-eval, or `pe-bench eval` the run at the sweep's settings")
+    return lines

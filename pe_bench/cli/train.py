@@ -54,10 +54,12 @@ def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
 
         if line := warmup_warning(cfg):
             warn(line)
+    from pe_bench.config import check_scheme
+
     if cfg_only:
+        check_scheme(cfg)  # --cfg refuses what training refuses
         _print_cfg(cfg)
         return
-    from pe_bench.config import check_scheme
     from pe_bench.distributed import stop_on_signals
     from pe_bench.experiment import run_one
 
@@ -68,7 +70,7 @@ def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
         return
     print_run_table(run.path, cfg.eval.split)
     meta = run.meta()
-    say(f"run: {run.path}  ({meta.get('train_tokens_per_s', 0):,} tok/s train)")
+    say(f"run: {run.path}  ({meta.train_tokens_per_s or 0:,.0f} tok/s train)")
 
 
 def _print_cfg(cfg) -> None:

@@ -39,6 +39,8 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
     chosen = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in overrides}
     if chosen.get("train") == "smoke" and "eval" not in chosen:
         overrides.append("eval=smoke")
+    if chosen.get("train") == "smoke" and "task.eval_examples" not in chosen:
+        overrides += _smoke_examples(chosen.get("task"))
     task = _task_class(chosen.get("task"))
     if task is not None and task.recipe and "train" not in chosen:
         overrides.append(f"train={task.recipe}")  # a synthetic task trains with its recipe (configs/train/task.yaml)
@@ -83,6 +85,21 @@ def _task_class(preset: str | None) -> type[tasks.Task] | None:
     return tasks.get(name) if name in tasks.names() else None
 
 
+SMOKE_EXAMPLES = 40  # held-out examples per length of a synthetic task under train=smoke (a check, not a number)
+
+
+def _smoke_examples(preset: str | None) -> list[str]:
+    """``task.eval_examples`` for a smoke run of a synthetic task: about SMOKE_EXAMPLES per length, over all its
+    depths where it is evaluated by depth; [] for language modelling."""
+    task = _task_class(preset)
+    if task is None or preset is None or task.metric == "perplexity":
+        return []
+    depths = OmegaConf.load(preset_path("task", preset)).get("depths")
+    if depths is None:
+        depths = getattr(task.Options(), "depths", 1)
+    return [f"task.eval_examples={max(1, SMOKE_EXAMPLES // int(depths))}"]
+
+
 def finetune_parent(overrides: list[str]) -> tuple[str, list[str]] | None:
     """(parent run directory, the other overrides) when the overrides name finetune.from_run, else None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -100,6 +117,13 @@ def check_override_words(words: list[str], command: str = "train") -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     for i, w in enumerate(words):
+        key = w.partition("=")[0]
+        if key.lstrip("+~").split(".")[0] == "hydra":
+            raise ConfigError(f"'{w}': pe-bench does not use Hydra's own settings; a run's directory is "
+                              "<results_dir>/runs/<name> (set results_dir=DIR), and `pe-bench sweep` runs sweeps")
+        if key.startswith("+"):
+            raise ConfigError(f"'{w}': every key pe-bench reads is in its config already, and a new one would be "
+                              f"ignored; write {w.lstrip('+')} (`pe-bench {command} --cfg` prints the keys)")
         if "=" in w or w.startswith("~"):
             continue
         after = words[i + 1] if i + 1 < len(words) else None

@@ -186,9 +186,10 @@ class LoggerConfig:
     name: str = "csv"  # csv | tensorboard | wandb
     project: str = "pe-bench"  # wandb: the project the run is filed under
     mode: str = "offline"  # wandb: offline (no network; `wandb sync` uploads it later) | online
+    group: str | None = None  # wandb: the run's group (a sweep sets its name: its runs' curves side by side)
 
 
-LOGGER_READS = {"csv": set(), "tensorboard": set(), "wandb": {"project", "mode"}}
+LOGGER_READS = {"csv": {"group"}, "tensorboard": {"group"}, "wandb": {"project", "mode", "group"}}
 LOGGER_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # logger → the package it needs (an extra)
 
 

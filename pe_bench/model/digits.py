@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from pe_bench.schemes import LengthNotSupported
+from pe_bench.tasks.addition import ABACUS_TABLE
 
-TABLE = 1024  # indices 0..1023 (the official code's max_seq_length): a longer number is refused, never clipped
+TABLE = ABACUS_TABLE  # indices 0..1023 (the official code's max_seq_length): a longer number is refused, never clipped
 
 
 class DigitPositions(nn.Module):

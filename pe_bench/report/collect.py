@@ -33,7 +33,7 @@ from pe_bench.report.files import (
     read_windows,
 )
 from pe_bench.report.labels import TAGGED, UNLABELLED, config_identity, flatten, labelled, mixed_numerics
-from pe_bench.runs import Run, RunFileError, digest, identity
+from pe_bench.runs import Run, RunFileError, RunMeta, Status, digest, identity
 from pe_bench.tasks import build_task
 
 FINETUNE_COLUMNS = ("ft_parent", "ft_steps", "ft_method", "bare")  # collect_all's columns for the extension table
@@ -50,7 +50,7 @@ class Collected:
     df: pd.DataFrame
     windows: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     left_out: list[str] = field(default_factory=list)
-    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    meta: dict[str, RunMeta] = field(default_factory=dict)
     # context use past L (context.csv) of the runs whose rows are in df, with their 'label' and 'config'
     context: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -72,7 +72,7 @@ class Accuracy:
 
     df: pd.DataFrame
     left_out: list[str] = field(default_factory=list)
-    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    meta: dict[str, RunMeta] = field(default_factory=dict)
 
 
 @dataclass
@@ -188,7 +188,7 @@ class _Read:
     flat: dict[str, dict[str, str]] = field(default_factory=dict)
     flat_scheme: dict[str, dict[str, str]] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
-    meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    meta: dict[str, RunMeta] = field(default_factory=dict)
     context: list[pd.DataFrame] = field(default_factory=list)
 
 
@@ -214,7 +214,7 @@ def _read_runs(runs: list[Run]) -> _Read:
     return read
 
 
-def _eval_frame(run: Run, cfg: Config, meta: dict[str, Any]) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+def _eval_frame(run: Run, cfg: Config, meta: RunMeta) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """A run's eval rows as a frame, checked against its per-window losses, those losses, and its context use."""
     rows = _eval_rows(run, cfg, meta)
     run_windows = read_windows(run)
@@ -269,17 +269,17 @@ def _range_loss(g: pd.DataFrame, a: int, b: int) -> tuple[float, int] | None:
     return float((inside["loss"] * inside["tokens"]).sum() / inside["tokens"].sum()), int(inside["tokens"].sum())
 
 
-def _eval_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _eval_rows(run: Run, cfg: Config, meta: RunMeta) -> list[dict[str, Any]]:
     """The eval rows of a run the report can use: a diverged run gives 'diverged' rows (beside the rows of a
     --partial evaluation, labelled); an unfinished one only its --partial rows. RunFileError otherwise."""
-    status = meta.get("status")
-    if status == "diverged":
+    status = meta.status
+    if status == Status.DIVERGED:
         return _diverged_rows(cfg, meta) + (read_eval_rows(run, meta) if run.eval_csv.exists() else [])
     if not run.eval_csv.exists():
-        raise RunFileError(f"{run.path} has no eval.csv (status {status or 'unknown'})")
+        raise RunFileError(f"{run.path} has no eval.csv (status {status})")
     rows = read_eval_rows(run, meta)
-    if status != "done" and {str(r.get("step")) for r in rows} & {"None", "", str(cfg.train.steps)}:
-        raise RunFileError(f"{run.path} is not finished (status {status or 'unknown'}); its rows are left out until "
+    if status != Status.DONE and {str(r.get("step")) for r in rows} & {"None", "", str(cfg.train.steps)}:
+        raise RunFileError(f"{run.path} is not finished (status {status}); its rows are left out until "
                            "it is (or evaluate it with `pe-bench eval --partial`)")
     return rows
 
@@ -298,7 +298,7 @@ def _run_frame(run: Run, cfg: Config, rows: list[dict[str, Any]]) -> pd.DataFram
     return d
 
 
-def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _diverged_rows(cfg: Config, meta: RunMeta) -> list[dict[str, Any]]:
     """Rows that say 'diverged' at every length and mode the run would have been evaluated at."""
     L, ecfg = reference_length(cfg), cfg.eval
     spec = scheme_spec(cfg.scheme)
@@ -307,7 +307,7 @@ def _diverged_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
     base = {
             "base_scheme": cfg.scheme["name"], "model": cfg.model.name, "data": cfg.data.name, "split": ecfg.split,
             "L_train": L, "seed": cfg.seed, "loss": "nan", "ppl": "nan", "bpb": "nan", "tokens_scored": 0,
-            "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}", "step": ""}
+            "status": "diverged", "note": f"training diverged at step {meta.diverged_step}", "step": ""}
     rows, S, longest = [], sliding_stride(cfg), max(run_lengths(cfg))
     for label in labels:  # the base scheme and every eval-time variant: each of their rows says 'diverged'
         for n in run_lengths(cfg):
@@ -401,25 +401,25 @@ def _baseline(cfg: Config, d: pd.DataFrame) -> list[float]:
 _BASELINES: dict[tuple, float] = {}  # one per (task, options, length, depth, examples): the examples are fixed
 
 
-def _accuracy_rows(run: Run, cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _accuracy_rows(run: Run, cfg: Config, meta: RunMeta) -> list[dict[str, Any]]:
     """A task run's accuracy rows: 'diverged' rows for a diverged run; an unfinished run is a RunFileError."""
-    status = meta.get("status")
-    if status == "diverged":
+    status = meta.status
+    if status == Status.DIVERGED:
         return _diverged_accuracy_rows(cfg, meta)
-    if status != "done" or not run.accuracy_csv.exists():
-        raise RunFileError(f"{run.path} is not finished (status {status or 'unknown'}); its rows are left out until it "
+    if status != Status.DONE or not run.accuracy_csv.exists():
+        raise RunFileError(f"{run.path} is not finished (status {status}); its rows are left out until it "
                            "is")
     return read_accuracy_rows(run, meta)
 
 
-def _diverged_accuracy_rows(cfg: Config, meta: dict[str, Any]) -> list[dict[str, Any]]:
+def _diverged_accuracy_rows(cfg: Config, meta: RunMeta) -> list[dict[str, Any]]:
     """Accuracy rows that say 'diverged' at every length and depth the run would have been evaluated at."""
     L = reference_length(cfg)
     return [{"task": label, "scheme": cfg.scheme["name"], "base_scheme": cfg.scheme["name"],
              "model": cfg.model.name, "L_train": L, "L_eval": n, "ratio": round(n / L, 4),
              "depth": "" if d is None else d, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
              "examples": cfg.task.eval_examples, "answer_tokens": 0, "seed": cfg.seed, "step": "",
-             "precision": "", "status": "diverged", "note": f"training diverged at step {meta.get('diverged_step')}",
+             "precision": "", "status": "diverged", "note": f"training diverged at step {meta.diverged_step}",
              "outcomes": "", "heldout": ""}
             for label, task in _scored_tasks(cfg).items() for n in run_lengths(cfg) for d in task.eval_depths()]
 

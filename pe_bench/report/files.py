@@ -7,18 +7,19 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import math
 import os
 import shutil
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pe_bench.runs import Run, RunFileError
+from pe_bench.runs import Run, RunFileError, RunMeta, atomic_write_text
 
 NUMERIC = ("L_train", "L_eval", "stride", "tokens_scored", "seed")
 REQUIRED = ("scheme", "split", "L_train", "L_eval", "mode", "stride", "ppl", "tokens_scored", "seed", "status")
@@ -85,12 +86,12 @@ def legacy_labels(run: Run) -> Callable[[str], str]:
     return relabel
 
 
-def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
+def read_eval_rows(run: Run, meta: RunMeta) -> list[dict[str, str]]:
     """A run's eval.csv, checked whole: an unreadable, binary, header-only, truncated or altered file (its
     checksum in meta.json differs) is a RunFileError naming it — its rows are never used in part. Scheme labels
     written before a legacy option existed get it (:func:`legacy_labels`)."""
     path = run.eval_csv
-    rows, columns = read_whole_csv(path, meta.get("eval_csv_sha256"), REQUIRED)
+    rows, columns = read_whole_csv(path, meta.eval_csv_sha256, REQUIRED)
     relabel = legacy_labels(run)
     for i, r in enumerate(rows, 2):
         if None in r or any(r.get(c) is None for c in columns):
@@ -108,10 +109,10 @@ def read_eval_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def read_accuracy_rows(run: Run, meta: dict[str, Any]) -> list[dict[str, str]]:
+def read_accuracy_rows(run: Run, meta: RunMeta) -> list[dict[str, str]]:
     """A run's accuracy.csv, checked whole (as :func:`read_eval_rows`): never used in part."""
     path = run.accuracy_csv
-    rows, _ = read_whole_csv(path, meta.get("accuracy_csv_sha256"), ACCURACY_REQUIRED)
+    rows, _ = read_whole_csv(path, meta.accuracy_csv_sha256, ACCURACY_REQUIRED)
     relabel = legacy_labels(run)
     for i, r in enumerate(rows, 2):
         if None in r or r["status"] not in STATUSES:
@@ -223,15 +224,76 @@ def check_against_windows(run: Run, rows: pd.DataFrame, windows: dict[tuple, tup
                                "stale); re-evaluate the run with `pe-bench eval`")
 
 
-def replace_together(out: Path, write: Callable[[Path], list[Path]]) -> list[Path]:
-    """``write(staging)`` writes a report's files into a staging folder inside ``out``; once all are written they
-    are moved into ``out`` (a rename each: no space needed). Any failure leaves ``out`` as it was."""
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+PLAN = ".complete"  # in the staging folder once every file is written: what to move and what to remove
+PAGES = ("README.md", "results.json", "index.html")  # written by every report beside its tables and figures
+RESULTS_JSON = "results.json"
+
+
+@contextmanager
+def staged_report(out: Path) -> Iterator[Path]:
+    """A staging folder beside ``out`` for every file of one report — tables, figures and pages. On success the files
+    of the report that was there (results.json lists them) that this one does not write are removed and the new ones
+    moved in; what pe-bench did not write (a COMMAND.txt, runs/) stays. A failure while writing leaves ``out`` as it
+    was; a process killed while moving leaves the plan on disk, and the next report into ``out`` finishes it first,
+    so ``out`` is the whole old report or the whole new one."""
+    finish_staged(out)
+    stage = staging_of(out)
+    stage.mkdir(parents=True)
     try:
-        written = write(staging)
-        for p in written:
-            os.replace(p, out / p.name)
-        return [out / p.name for p in written]
+        yield stage
+        new = sorted(p.name for p in stage.iterdir() if p.is_file())
+        if not new:  # nothing written: the report there stays
+            return
+        stale = [n for n in earlier_report_files(out) if n not in new]
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stage / PLAN, json.dumps({"move": new, "remove": stale}))
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not (stage / PLAN).exists():
+            shutil.rmtree(stage, ignore_errors=True)
+    finish_staged(out)
+
+
+def finish_staged(out: Path) -> None:
+    """Carry out a staged report's plan (what a killed report left: moves still to do), or discard a staging folder
+    that has none (a report that never finished writing)."""
+    stage = staging_of(out)
+    if not stage.is_dir():
+        return
+    if not (stage / PLAN).exists():
+        shutil.rmtree(stage)
+        return
+    plan = json.loads((stage / PLAN).read_text(encoding="utf-8"))
+    for name in plan["remove"]:
+        (out / name).unlink(missing_ok=True)
+    for name in plan["move"]:
+        if (stage / name).exists():
+            os.replace(stage / name, out / name)
+    shutil.rmtree(stage)
+
+
+def staging_of(out: Path) -> Path:
+    """The staging folder of the report directory ``out``: beside it, so that ``out`` exists only once a report
+    is complete."""
+    return out.parent / f".{out.name}.staging"
+
+
+def earlier_report_files(out: Path) -> list[str]:
+    """The files the report now in ``out`` wrote (its results.json's list and the pages); [] where there is none. A
+    results.json that cannot be read is a RunFileError: what to remove is unknown, so nothing is replaced."""
+    path = out / RESULTS_JSON
+    if not path.exists():
+        return []
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RunFileError(f"{path} is unreadable ({type(e).__name__}): the report there cannot be replaced safely; "
+                           "move the directory away or give --out another one") from None
+    return [n for n in [*files, *PAGES] if isinstance(n, str) and "/" not in n and (out / n).is_file()]
+
+
+def replace_together(out: Path, write: Callable[[Path], list[Path]]) -> list[Path]:
+    """``write(staging)`` writes a report's files into a staging folder; once all are written they replace the report
+    in ``out`` (staged_report). Any failure while writing leaves ``out`` as it was."""
+    with staged_report(out) as stage:
+        written = write(stage)
+    return [out / p.name for p in written]

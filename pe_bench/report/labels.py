@@ -10,7 +10,7 @@ import pandas as pd
 
 from pe_bench.config import Config
 from pe_bench.markdown import label_value
-from pe_bench.runs import Run, RunFileError, digest, identity, numerics_of
+from pe_bench.runs import Run, RunFileError, RunMeta, digest, identity, numerics_of
 
 # Keys of a run's identity that never go into a row label: the seed is what replicas differ in; the scheme is the
 # row name already (its label lists the options that differ from the defaults).
@@ -38,7 +38,7 @@ def _numerics(run: Run) -> str | None:
         return None
 
 
-def config_identity(cfg: Config, meta: dict[str, Any], mixed: bool) -> tuple[dict[str, Any], str]:
+def config_identity(cfg: Config, meta: RunMeta, mixed: bool) -> tuple[dict[str, Any], str]:
     """A run's configuration — its identity without the seed, plus its numerics when the runs being reported
     disagree on them (docs/trust.md, "Determinism") — and that configuration's hash: runs with the same hash are seed
     replicas of one table row."""

@@ -17,14 +17,12 @@ from typing import Any
 
 from pe_bench import __version__, markdown
 from pe_bench.progress import duration
-from pe_bench.runs import atomic_write_text, git_modified, git_sha
-ENVIRONMENT = ("device", "torch", "python", "pe_bench", "git_sha")  # the keys of a run's meta.json shown per run
-RUN_KEYS = ("status", "scheme", "numerics", "train_seconds", "eval_seconds", "final_train_loss", "final_val_loss",
-            "n_params", "plugins", *ENVIRONMENT, "git_modified")  # what results.json keeps of each run's meta.json
+from pe_bench.runs import RunMeta, atomic_write_text, git_modified, git_sha
+from pe_bench.runs.meta import ENVIRONMENT
 PAGES = ("README.md", "results.json", "index.html")
 
 
-def write_pages(out: Path, title: str, command: str, written: list[Path], meta: dict[str, dict[str, Any]],
+def write_pages(out: Path, title: str, command: str, written: list[Path], meta: dict[str, RunMeta],
                 left_out: list[str]) -> list[Path]:
     """README.md, results.json and index.html of the report directory ``out``."""
     return [write_readme(out, title, command, written, meta, left_out),
@@ -32,7 +30,7 @@ def write_pages(out: Path, title: str, command: str, written: list[Path], meta: 
             write_index(out, title, command, written, meta, left_out)]
 
 
-def write_readme(out: Path, title: str, command: str, written: list[Path], meta: dict[str, dict[str, Any]],
+def write_readme(out: Path, title: str, command: str, written: list[Path], meta: dict[str, RunMeta],
                  left_out: list[str]) -> Path:
     """README.md of a report directory: the command that wrote it, the runs (status, time, environment, as their
     meta.json records them), the tables of the markdown files written and the figures, and the runs left out. Made
@@ -54,30 +52,30 @@ def write_readme(out: Path, title: str, command: str, written: list[Path], meta:
     return path
 
 
-def _statuses(meta: dict[str, dict[str, Any]]) -> str:
+def _statuses(meta: dict[str, RunMeta]) -> str:
     """``46 runs: 2 diverged, 44 done``."""
-    counts = Counter(str(m.get("status")) for m in meta.values())
+    counts = Counter(str(m.status) for m in meta.values())
     return f"{len(meta)} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
-def _environments(meta: dict[str, dict[str, Any]]) -> list[list[Any]]:
+def _environments(meta: dict[str, RunMeta]) -> list[list[Any]]:
     """[runs, *ENVIRONMENT] rows: how many runs were made in each environment, the most first."""
     envs = Counter(tuple(_shown(m, k) for k in ENVIRONMENT) for m in meta.values())
     return [[n, *env] for env, n in sorted(envs.items(), key=lambda e: (-e[1], e[0]))]
 
 
-def _shown(m: dict[str, Any], key: str) -> str:
+def _shown(m: RunMeta, key: str) -> str:
     """A run's environment value as the runs table shows it: the commit short, marked when the code was modified."""
     if key != "git_sha":
-        return str(m.get(key, "?"))
-    return str(m.get(key, "?"))[:12] + (" (modified)" if m.get("git_modified") else "")
+        return m.shown(key)
+    return m.shown(key)[:12] + (" (modified)" if m.git_modified else "")
 
 
-def _runs_section(meta: dict[str, dict[str, Any]]) -> str:
+def _runs_section(meta: dict[str, RunMeta]) -> str:
     """The runs of a report: how many, their status, time, and the environments they were made in."""
     lines = [f"## Runs\n\n- {_statuses(meta)}"]
-    timed = {k: [float(m[k]) for m in meta.values() if isinstance(m.get(k), (int, float))]
-             for k in ("train_seconds", "eval_seconds")}
+    timed = {"train_seconds": [m.train_seconds for m in meta.values() if m.train_seconds is not None],
+             "eval_seconds": [m.eval_seconds for m in meta.values() if m.eval_seconds is not None]}
     if timed["train_seconds"]:
         untimed = len(meta) - len(timed["train_seconds"])
         lines.append(f"- training {duration(sum(timed['train_seconds']))} in all (the longest run "
@@ -87,17 +85,38 @@ def _runs_section(meta: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tables(written: list[Path]) -> dict[str, list[dict[str, str]]]:
-    """file name → rows (as written, every cell a string) of each wide table written: the long CSVs stay files."""
+def _tables(written: list[Path]) -> dict[str, list[dict[str, Any]]]:
+    """file name → rows of each wide table written, as data (cell_value): the long CSVs stay files."""
     out = {}
     for p in written:
         if p.suffix == ".csv" and not p.name.endswith("_long.csv"):
             with p.open(newline="", encoding="utf-8") as f:
-                out[p.name] = list(csv.DictReader(f))
+                out[p.name] = [{k: cell_value(v) for k, v in row.items()} for row in csv.DictReader(f)]
     return out
 
 
-def write_results_json(out: Path, title: str, command: str, written: list[Path], meta: dict[str, dict[str, Any]],
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_CELL = re.compile(rf"^(?P<mean>{_NUMBER})%?(?: ± (?P<std>{_NUMBER})%?)?(?: \[(?P<low>{_NUMBER})%?, (?P<high>{_NUMBER})%?\])?$")
+
+
+def cell_value(cell: str) -> Any:
+    """A table cell as data: a number as a number; "6.736 ± 0.022 [6.682, 6.791]" as {"mean", "std", "low", "high"}
+    (the parts it has); an empty cell as null; anything else (a label, a status such as "n/a" or "diverged") as the
+    string it is."""
+    m = _CELL.match(cell.strip())
+    if not cell.strip():
+        return None
+    if m is None:
+        return cell
+    parts = {k: _number(v) for k, v in m.groupdict().items() if v is not None}
+    return parts["mean"] if list(parts) == ["mean"] else parts
+
+
+def _number(text: str) -> int | float:
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+
+
+def write_results_json(out: Path, title: str, command: str, written: list[Path], meta: dict[str, RunMeta],
                        left_out: list[str]) -> Path:
     """results.json: every wide table as data, the runs (their status, times, environment, plugins), the files, the
     runs left out, and what made the report (pe-bench version and git SHA, torch, python, the command)."""
@@ -108,7 +127,7 @@ def write_results_json(out: Path, title: str, command: str, written: list[Path],
     doc = {"title": title, "command": command,
            "made_by": {"pe_bench": __version__, "git_sha": git_sha(), "git_modified": git_modified(),
                        "torch": torch_version, "python": platform.python_version()},
-           "runs": {name: {k: m[k] for k in RUN_KEYS if k in m} for name, m in sorted(meta.items())},
+           "runs": {name: m.summary() for name, m in sorted(meta.items())},
            "tables": _tables(written), "files": [p.name for p in written], "left_out": list(left_out)}
     path = out / "results.json"
     atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
@@ -129,7 +148,7 @@ def _html_table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<div class=\"wide\"><table><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table></div>\n"
 
 
-def write_index(out: Path, title: str, command: str, written: list[Path], meta: dict[str, dict[str, Any]],
+def write_index(out: Path, title: str, command: str, written: list[Path], meta: dict[str, RunMeta],
                 left_out: list[str]) -> Path:
     """index.html: the command, the runs, every wide table, every figure and a link to every file, on one page."""
     t = html.escape(title)

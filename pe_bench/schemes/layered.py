@@ -68,6 +68,9 @@ class Layered(Composite):
     late_options = ("window", "local_parts", "chunked")
 
     def __init__(self, options: LayeredOptions, shape: ModelShape) -> None:
+        if options.chunked and not options.window:
+            raise ValueError("scheme.chunked=true splits the local layers' keys into chunks of scheme.window tokens: "
+                             "set scheme.window too (e.g. scheme.window=16)")
         parts = build_parts(options.parts, shape)
         for i, p in enumerate(parts):
             if acts_on_input(p):

@@ -21,9 +21,25 @@ import numpy as np
 
 from pe_bench import plugins
 from pe_bench.errors import ConfigError
-from pe_bench.tasks.base import (BOS, DIGIT0, EVAL_SEED, HELDOUT_BUCKETS, LEGACY_IDENTITY, MARK, PAD, SEP, SYMBOL0,
-                                 Batch, SyntheticOptions, SyntheticTask, Task, TaskData, TaskLengthError, TaskOptions,
-                                 batch_rng)
+from pe_bench.tasks.base import (
+    BOS,
+    DIGIT0,
+    EVAL_SEED,
+    HELDOUT_BUCKETS,
+    LEGACY_IDENTITY,
+    MARK,
+    PAD,
+    SEP,
+    SYMBOL0,
+    Batch,
+    SyntheticOptions,
+    SyntheticTask,
+    Task,
+    TaskData,
+    TaskLengthError,
+    TaskOptions,
+    batch_rng,
+)
 
 DEFAULT = TaskOptions().name  # the task of a config that names none
 

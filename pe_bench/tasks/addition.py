@@ -15,12 +15,14 @@ import numpy as np
 from pe_bench.ranges import ranged
 from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, TaskOptions
 
+ABACUS_TABLE = 1024  # Abacus digit positions 0..1023 (the official code's max_seq_length; pe_bench.model.digits)
 
 @dataclass
 class AdditionOptions(SyntheticOptions):
     reverse_digits: bool = True  # operands and sum least-significant digit first
     abacus: bool = False  # Abacus digit positions (McLeish et al. 2024) added to the scheme's
-    abacus_max_offset: int = ranged(100, ge=0)  # their training offset k is uniform in [0, this] (the paper: 100)
+    abacus_max_offset: int = ranged(100, ge=0, le=ABACUS_TABLE - 24,  # k uniform in [0, this] (the paper: 100)
+                                    hint=f"the Abacus table holds {ABACUS_TABLE - 1} digit positions, offset included")
     abacus_zero_share: float = ranged(0.5, ge=0, le=1)  # a share of training batches at k = 0 (the paper: 0)
 
 

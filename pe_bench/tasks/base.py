@@ -39,6 +39,7 @@ HELDOUT_BUCKETS = 10
 EVAL_SEED = 20231  # the held-out sets: the same for every run, seed and scheme (paired comparisons)
 DEV_SEED = 40463  # the development sets: held-out questions of another stream, for tuning recipes (never reported)
 MAX_TRIES = 1000
+MAX_SYMBOLS = 50_000  # a task's alphabet: at most a vocabulary the size of GPT-2's
 # The task keys of the time when every task had them (pe_bench.tasks.identity keeps them in a task run's identity,
 # so that the run names of that time stand), with their defaults.
 LEGACY_IDENTITY = {"train_lengths": "uniform", "curriculum_fraction": 0.5, "eval_examples": 100, "symbols": 16,

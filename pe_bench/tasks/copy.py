@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from pe_bench.ranges import ranged
-from pe_bench.tasks.base import BOS, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
+from pe_bench.tasks.base import BOS, MAX_SYMBOLS, SEP, SYMBOL0, SyntheticOptions, SyntheticTask
 
 
 @dataclass
 class CopyOptions(SyntheticOptions):
-    symbols: int = ranged(16, ge=2)  # the string alphabet
+    symbols: int = ranged(16, ge=2, le=MAX_SYMBOLS)  # the string alphabet
 
 
 class Copy(SyntheticTask):

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from pe_bench.ranges import ranged
-from pe_bench.tasks.base import BOS, DIGIT0, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, TaskLengthError
+from pe_bench.tasks.base import BOS, DIGIT0, MAX_SYMBOLS, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, TaskLengthError
 
 
 @dataclass
 class CountingOptions(SyntheticOptions):
-    symbols: int = ranged(16, ge=2)  # the string alphabet
+    symbols: int = ranged(16, ge=2, le=MAX_SYMBOLS)  # the string alphabet
     count_digits: int = ranged(3, ge=1)  # digits of the answer (counts up to 10^count_digits - 1)
     reverse_digits: bool = True  # the count least significant digit first
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from pe_bench.ranges import ranged
-from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, scatter
+from pe_bench.tasks.base import BOS, DIGIT0, MARK, MAX_SYMBOLS, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, scatter
 
 
 @dataclass
 class NeedleMultikeyOptions(SyntheticOptions):
-    symbols: int = ranged(16, ge=2)  # the filler alphabet
+    symbols: int = ranged(16, ge=2, le=MAX_SYMBOLS)  # the filler alphabet
     needles: int = ranged(4, ge=1)  # needles in the haystack
     needle_keys: int = ranged(32, ge=2)  # key vocabulary (distinct keys within an example)
     value_digits: int = ranged(2, ge=1)  # digits of a needle's value

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from pe_bench.ranges import ranged
-from pe_bench.tasks.base import BOS, DIGIT0, MARK, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, scatter
+from pe_bench.tasks.base import BOS, DIGIT0, MARK, MAX_SYMBOLS, SEP, SYMBOL0, SyntheticOptions, SyntheticTask, scatter
 
 
 @dataclass
 class VariableTrackingOptions(SyntheticOptions):
-    symbols: int = ranged(16, ge=2)  # the filler alphabet
+    symbols: int = ranged(16, ge=2, le=MAX_SYMBOLS)  # the filler alphabet
     hops: int = ranged(2, ge=1)  # variable-to-variable assignments per chain (hops + 1 variables)
     chains: int = ranged(2, ge=1)  # chains per example: the asked one and chains - 1 distractors
     variable_names: int = ranged(32, ge=2)  # name vocabulary (the variables of an example are distinct)

@@ -1,0 +1,92 @@
+"""A sweep's report holds every point of its grid, and nothing a user runs overwrites committed results."""
+
+import subprocess
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from pe_bench.cli import app
+from pe_bench.config import compose
+from pe_bench.sweep import expand, load_sweep
+
+runner = CliRunner()
+TINY = ["model.n_layers=1", "model.d_model=32"]
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_a_finished_point_trained_with_other_evaluation_settings_is_evaluated_at_the_sweeps(tmp_path):
+    res = f"results_dir={tmp_path / 'results'}"
+    first = invoke("train", "scheme=alibi", "train=smoke", *TINY, res, "--no-progress")
+    assert first.exit_code == 0, first.output
+    r = invoke("sweep", "scheme=nope,alibi", "train=smoke", "seed=0", "eval=default", "eval.max_tokens=4096",
+               "eval.variants=false", *TINY, res, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "1 trained, 1 skipped" in r.output and "evaluated at this sweep's settings" in r.output
+    table = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
+    assert set(table["scheme"]) == {"nope", "alibi"}  # the skipped point is in the table, not silently dropped
+
+
+def test_with_no_eval_a_point_evaluated_elsewhere_is_named_in_the_report(tmp_path):
+    res = f"results_dir={tmp_path / 'results'}"
+    assert invoke("train", "scheme=alibi", "train=smoke", *TINY, res, "--no-progress").exit_code == 0
+    r = invoke("sweep", "scheme=nope,alibi", "train=smoke", "seed=0", "eval=default", "eval.max_tokens=4096",
+               "eval.variants=false", *TINY, res, "--no-progress", "--no-eval")
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
+    assert set(table["scheme"]) == {"nope"}
+    readme = (tmp_path / "results" / "default" / "README.md").read_text()
+    assert "alibi-" in readme and "evaluated at other settings only" in readme
+    assert "evaluated at other settings only" in r.output
+
+
+def test_the_sequence_from_the_issue_gives_a_report_of_both_points(tmp_path):
+    """`pe-bench train scheme=alibi train=smoke`, then a smoke sweep over NoPE and ALiBi: both in the report."""
+    res = f"results_dir={tmp_path / 'results'}"
+    assert invoke("train", "scheme=alibi", "train=smoke", *TINY, res, "--no-progress").exit_code == 0
+    r = invoke("sweep", "scheme=nope,alibi", "train=smoke", "seed=0", *TINY, res, "--no-progress")
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
+    assert set(table["scheme"]) == {"nope", "alibi"}
+
+
+def test_train_smoke_brings_eval_smoke_in_a_sweep_as_in_train():
+    points = expand(load_sweep("default"), ["scheme=rope", "train=smoke", "seed=0"])
+    assert compose(points[0]).eval.name == "smoke"
+    assert compose(expand(load_sweep("default"), ["scheme=rope", "seed=0"])[0]).eval.name == "default"
+    assert compose(expand(load_sweep("default"), ["scheme=rope", "train=smoke", "eval=default"])[0]).eval.name == "default"
+
+
+def test_smoke_evaluation_has_no_eval_time_variants_unless_asked():
+    assert compose(["train=smoke"]).eval.variants is False
+    assert compose(["train=smoke", "eval.variants=true"]).eval.variants is True
+
+
+def _git_repo_with_committed_report(root):
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "results" / "default").mkdir(parents=True)
+    (root / "results" / "default" / "comparison.md").write_text("committed\n")
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    return root / "results"
+
+
+def test_a_sweep_with_another_grid_refuses_to_overwrite_committed_results(tmp_path):
+    results = _git_repo_with_committed_report(tmp_path)
+    r = invoke("sweep", "scheme=nope", "train=smoke", "seed=0", f"results_dir={results}", "--dry-run")
+    assert r.exit_code == 2
+    assert "holds committed results" in r.output and "--out" in r.output
+    assert not (results / "runs").exists()  # refused before anything exists
+    assert (results / "default" / "comparison.md").read_text() == "committed\n"
+
+
+def test_the_same_sweep_or_a_named_out_may_write_and_dry_run_says_where(tmp_path):
+    results = _git_repo_with_committed_report(tmp_path)
+    r = invoke("sweep", f"results_dir={results}", "--dry-run")  # the committed grid itself: regenerating it is fine
+    assert r.exit_code == 0, r.output
+    r = invoke("sweep", "scheme=nope", "train=smoke", "seed=0", f"results_dir={results}", "--dry-run",
+               "--out", str(tmp_path / "elsewhere"))
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert f"the report to {tmp_path / 'elsewhere'}" in said and f"runs go to {results / 'runs'}" in said
