@@ -19,6 +19,19 @@ from types import ModuleType
 from pe_bench.errors import ConfigError
 
 ENV = "PE_BENCH_PATH"
+PROBLEMS: list[str] = []  # one line per plugin left out (cannot be read, or takes a name pe-bench has): see note()
+
+
+def note(problem: str) -> None:
+    """Leave a plugin out, with one line saying which and why: the other plugins and pe-bench itself go on, and a
+    command that asks for what the plugin would have given names the line (problems_said)."""
+    if problem not in PROBLEMS:
+        PROBLEMS.append(problem)
+
+
+def problems_said() -> str:
+    """The plugins left out, as the end of an "unknown name" message ("" when none)."""
+    return "".join(f"; {p}" for p in PROBLEMS)
 
 
 @dataclass(frozen=True)
@@ -53,10 +66,11 @@ def modules(kind: str) -> tuple[Module, ...]:
     found = [Module(f"pe_bench_plugins.{kind}.{_ident(d)}.{p.stem}", p, f"search path: {p}")
              for d in search_dirs() for p in sorted((d / kind).glob("*.py")) if not p.name.startswith("_")]
     for ep in _entry_points(f"pe_bench.{kind}"):
-        spec = importlib.util.find_spec(ep.value)
+        spec = _find_spec(ep.value)
         if spec is None or spec.origin is None:
-            raise ConfigError(f"the entry point {ep.name!r} of group pe_bench.{kind} names {ep.value!r}, which is not "
-                              "an importable module; reinstall the package that declares it")
+            note(f"the entry point {ep.name!r} of group pe_bench.{kind} names {ep.value!r}, which is not an "
+                 "importable module (left out; reinstall the package that declares it)")
+            continue
         found.append(Module(ep.value, Path(spec.origin), f"entry point: {_dist(ep)} ({ep.value})"))
     return tuple(found)
 
@@ -65,26 +79,46 @@ def config_dirs() -> list[Path]:
     """The plugins' configs/ directories: the search path's, then the entry points' (group pe_bench.configs)."""
     dirs = [d / "configs" for d in search_dirs() if (d / "configs").is_dir()]
     for ep in _entry_points("pe_bench.configs"):
-        spec = importlib.util.find_spec(ep.value)
+        spec = _find_spec(ep.value)
         if spec is None or not spec.submodule_search_locations:
-            raise ConfigError(f"the entry point {ep.name!r} of group pe_bench.configs names {ep.value!r}, which is "
-                              "not an importable package; reinstall the package that declares it")
+            note(f"the entry point {ep.name!r} of group pe_bench.configs names {ep.value!r}, which is not an "
+                 "importable package (its presets are left out; reinstall the package that declares it)")
+            continue
         dirs += [Path(p) / "configs" for p in spec.submodule_search_locations if (Path(p) / "configs").is_dir()]
     return dirs
 
 
 def load(module: Module) -> ModuleType:
-    """Import a plugin module (once)."""
+    """Import a plugin module (once). One that fails to import (a syntax error, a missing import) is a ConfigError
+    naming its file."""
     if module.name in sys.modules:
         return sys.modules[module.name]
-    if module.origin.startswith("entry point"):
-        return importlib.import_module(module.name)
-    spec = importlib.util.spec_from_file_location(module.name, module.path)
-    assert spec is not None and spec.loader is not None
-    loaded = importlib.util.module_from_spec(spec)
-    sys.modules[module.name] = loaded
-    spec.loader.exec_module(loaded)
+    try:
+        if module.origin.startswith("entry point"):
+            return importlib.import_module(module.name)
+        spec = importlib.util.spec_from_file_location(module.name, module.path)
+        assert spec is not None and spec.loader is not None
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[module.name] = loaded
+        spec.loader.exec_module(loaded)
+    except Exception as e:  # noqa: BLE001 - a plugin's own code may raise anything on import
+        sys.modules.pop(module.name, None)
+        where = f", line {e.lineno}" if isinstance(e, SyntaxError) else ""
+        raise ConfigError(f"the plugin {module.path}{where} cannot be imported ({type(e).__name__}: "
+                          f"{_first_line(e)}); fix it or take it off {ENV}") from None
     return loaded
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
 
 
 def _entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
@@ -100,3 +134,30 @@ def _ident(d: Path) -> str:
     import hashlib
 
     return "d" + hashlib.sha256(str(d).encode()).hexdigest()[:8]
+
+
+RECORDED = "search path: "  # how a run's meta.json records a plugin file from the search path (Module.origin)
+
+
+def recorded_dirs(run_dirs: list[Path]) -> dict[Path, str]:
+    """The search-path directories of the plugin files the runs' meta.json record and that still exist, not on the
+    search path now → the first run that recorded each. Read before any registry is built (so without
+    pe_bench.runs, whose RunMeta owns meta.json otherwise); a meta.json that cannot be read is passed over here
+    (the command reading the run names it)."""
+    import json
+
+    now = set(_path())
+    out: dict[Path, str] = {}
+    for run in run_dirs:
+        try:
+            record = json.loads((run / "meta.json").read_text(encoding="utf-8"))
+            made_with = record.get("plugins") or {}
+            origins = [str(o) for o in made_with.values()]
+        except (OSError, ValueError, AttributeError):
+            continue
+        for origin in origins:
+            if origin.startswith(RECORDED) and Path(origin[len(RECORDED):]).is_file():
+                where = Path(origin[len(RECORDED):]).resolve().parent.parent
+                if where not in now:
+                    out.setdefault(where, run.name)
+    return out

@@ -330,6 +330,7 @@ class Trainer:
                          "config": to_dict(cfg), "identity": checkpoint_identity(cfg),
                          "data": getattr(self.corpus, "fingerprint", None), "vocab_size": self.corpus.vocab_size,
                          "log_window": [float(v) for v in self.window_losses]}, self.run_dir.checkpoint)
+            self.run_dir.retire_analyses()  # an analysis made while the run trained is of weights it no longer has
             self.run_dir.update_meta(checkpoint_step=at)
 
     def finish(self, seconds: float) -> None:

@@ -39,24 +39,37 @@ def own_dir(tmp_path_factory) -> Path:
 
 
 def test_a_scheme_from_the_search_path_is_listed_trained_and_reported(own_dir, tmp_path):
+    import shutil
+
     listed = pe_bench("--path", str(own_dir), "schemes")
     assert listed.returncode == 0, listed.stderr
     assert "tilt" in listed.stdout and "a linear distance penalty" in listed.stdout
     assert "tilt" not in pe_bench("schemes").stdout  # not without the directory
-    trained = pe_bench("--path", str(own_dir), "train", "scheme=tilt", *TINY, f"results_dir={tmp_path}",
+    mine = tmp_path / "mine"
+    shutil.copytree(own_dir, mine)
+    trained = pe_bench("--path", str(mine), "train", "scheme=tilt", *TINY, f"results_dir={tmp_path}",
                        "--no-progress")
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     [run] = (tmp_path / "runs").iterdir()
     assert run.name.startswith("tilt-tiny-shakespeare-L32-s0-")
     meta = json.loads((run / "meta.json").read_text())
-    assert meta["plugins"] == {"scheme tilt": f"search path: {own_dir / 'schemes' / 'tilt.py'}"}
+    assert meta["plugins"] == {"scheme tilt": f"search path: {mine / 'schemes' / 'tilt.py'}"}
     reported = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep"), "--no-plots",
-                        env={"PE_BENCH_PATH": str(own_dir)})
+                        env={"PE_BENCH_PATH": str(mine)})
     assert reported.returncode == 0, reported.stdout[-3000:] + reported.stderr[-3000:]
     assert "| tilt | 32 |" in (tmp_path / "rep" / "comparison.md").read_text()
-    without = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep2"), "--no-plots")
+    assert f"pe-bench --path {mine} report" in (tmp_path / "rep" / "README.md").read_text()  # the command again
+    # without --path, a run remembers where its plugin was: loaded from there, said in one line
+    remembered = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep2"), "--no-plots")
+    assert remembered.returncode == 0, remembered.stdout[-3000:] + remembered.stderr[-3000:]
+    assert f"loading plugins from {mine}, where {run.name} recorded its plugin" in remembered.stderr
+    assert f"pe-bench --path {mine} report" in (tmp_path / "rep2" / "README.md").read_text()
+    listing = pe_bench("runs", str(tmp_path))
+    assert listing.returncode == 0 and [run.name, "done"] in [line.split()[:2] for line in listing.stdout.splitlines()]
+    shutil.rmtree(mine)  # the plugin is gone: the report says which one it needs
+    without = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep3"), "--no-plots")
     assert without.returncode == 2
-    assert (f"{run.name} was made with the scheme plugin 'tilt' (search path: {own_dir / 'schemes' / 'tilt.py'}), "
+    assert (f"{run.name} was made with the scheme plugin 'tilt' (search path: {mine / 'schemes' / 'tilt.py'}), "
             "which this pe-bench does not have: add its directory with --path") in without.stdout + without.stderr
 
 

@@ -537,3 +537,30 @@ def test_results_json_holds_numbers_as_numbers_and_labels_as_strings():
     assert cell_value("") is None
     for label in ("t on log, 3 seeds", "n/a", "diverged", "nan", "alibi · model.n_layers=2", "not learnt at L"):
         assert cell_value(label) == label
+
+
+def test_compare_shows_the_token_budget_when_one_length_was_evaluated_with_two_and_says_seeds_do_not_overlap():
+    import numpy as np
+    import pytest
+
+    from pe_bench.config import ConfigError
+    from pe_bench.report import Collected, compare
+
+    rng = np.random.default_rng(4)
+    one = _paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.1)])
+    two = _paired_rows(rng, [("A", "validation", 32, 10, 0.0), ("B", "validation", 32, 10, 0.1)], group="g", seed=0)
+    two.df["budget"], two.df["tokens_scored"] = "all", 12800
+    two.df["run"] = two.df["run"] + "-all"
+    from pe_bench.report import window_key
+
+    windows = {**one.windows, **{window_key(r["run"], r): (v[0].repeat(2), v[1].repeat(2)) for r, v in
+                                 zip(two.df.to_dict("records"), two.windows.values())}}
+    col = Collected(pd.concat([one.df, two.df], ignore_index=True), windows)
+    t = compare(col, "A", "B")
+    assert len(t) == 2 and sorted(t["budget"]) == ["6400 (6,400 tokens)", "all (12,800 tokens)"]
+    alone = compare(Collected(one.df, one.windows), "A", "B")
+    assert "budget" not in alone.columns  # one budget per length: not said
+    apart = _paired_rows(rng, [("A", "validation", 32, 10, 0.0)], seed=0).df
+    b1 = _paired_rows(rng, [("B", "validation", 32, 10, 0.1)], seed=1).df
+    with pytest.raises(ConfigError, match=r"the seeds do not overlap \(A: 0; B: 1\)"):
+        compare(Collected(pd.concat([apart, b1], ignore_index=True), {}), "A", "B")

@@ -115,6 +115,8 @@ def test_no_module_outside_pe_bench_runs_reads_meta_json_keys_as_strings():
     for path in sorted((ROOT / "pe_bench").rglob("*.py")):
         if path.parent.name == "runs" and path.parent.parent.name == "pe_bench":
             continue
+        if path.name == "plugins.py":  # reads the plugins a run recorded before any registry exists (recorded_dirs)
+            continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
             found += [f"{path.relative_to(ROOT)}:{i}: {k}" for k in KEY.findall(line) if k in fields]
     assert not found, found
@@ -126,3 +128,42 @@ def test_status_words_are_written_only_through_the_enum():
         text = path.read_text()
         found += [f"{path.relative_to(ROOT)}: {m}" for m in re.findall(r"""status=["'](\w+)["']""", text)]
     assert not found, found
+
+
+def test_a_run_whose_logger_fails_to_start_is_failed_not_left_running(tmp_path, monkeypatch):
+    from pe_bench import experiment
+    from pe_bench.config import compose
+
+    def no_tracker(*args, **kwargs):
+        raise RuntimeError("wandb could not start")
+
+    monkeypatch.setattr(experiment, "open_tracker", no_tracker)
+    cfg = compose(["scheme=nope", "train=smoke", "model.n_layers=1", "model.d_model=32", f"results_dir={tmp_path}"])
+    with pytest.raises(RuntimeError, match="wandb could not start"):
+        experiment.run_one(cfg, progress=False)
+    [run] = (tmp_path / "runs").iterdir()
+    meta = Run(run).meta()
+    assert meta.status == Status.FAILED and meta.error == "RuntimeError: wandb could not start"
+    assert state_of(Run(run)).state == State.FAILED
+
+
+def test_an_analysis_made_while_the_run_trains_is_retired_at_its_next_checkpoint(tmp_path, monkeypatch):
+    from pe_bench import experiment
+    from pe_bench.config import compose
+
+    update = Run.update_meta
+
+    def analyze_at_step_5(self, **fields):  # `pe-bench analyze` run against the checkpoint of step 5
+        meta = update(self, **fields)
+        if fields.get("checkpoint_step") == 5:
+            (self.path / "analysis").mkdir()
+            (self.path / "analysis" / "attention.csv").write_text("step\n5\n")
+            (self.path / "analysis" / "analysis.json").write_text(json.dumps({"step": 5}))
+        return meta
+
+    monkeypatch.setattr(Run, "update_meta", analyze_at_step_5)
+    cfg = compose(["scheme=nope", "train=smoke", "train.ckpt_interval=5", "model.n_layers=1", "model.d_model=32",
+                   "eval.lengths=[32]", f"results_dir={tmp_path}"])
+    run = experiment.run_one(cfg, progress=False)
+    assert not (run.path / "analysis").exists()
+    assert (run.path / "analysis.stale-step5" / "attention.csv").exists()

@@ -132,7 +132,9 @@ def command_line(ctx: typer.Context, leave_out: tuple[str, ...] = ("out",)) -> s
     defaults but ``leave_out`` (by parameter name)."""
     import shlex
 
-    words = ["pe-bench", ctx.info_name or ""]
+    from pe_bench.plugins import search_dirs
+
+    words = ["pe-bench", *(w for d in search_dirs() for w in ("--path", str(d))), ctx.info_name or ""]
     for p in ctx.command.params:
         value = ctx.params.get(p.name)
         if p.param_type_name == "argument":

@@ -63,14 +63,14 @@ def report(ctx: typer.Context,
         _report(ctx, got, reported, split, plots, wide, filters, mode)
 
 
-def _rows(got, filters: dict[str, list | None], mode: list[str] | None):
+def _rows(got, filters: dict[str, list | None], mode: list[str] | None, plots: bool = False):
     """(the language-model rows, their loss-by-position rows, the modes) that the filters keep; every run left out
-    is named. No rows left → ConfigError."""
+    is named (and, with ``plots``, every curve left out of the plots). No rows left → ConfigError."""
     from pe_bench.report import collect_positions
 
     runs = got.runs["perplexity"]
     col, pos = got.perplexity, collect_positions(runs, unplotted := [])
-    for line in [f"left out: {x}" for x in col.left_out] + [f"left out of the plots: {x}" for x in unplotted]:
+    for line in [f"left out: {x}" for x in col.left_out] + [f"left out of the plots: {x}" for x in unplotted * plots]:
         warn(line)
     if col.df.empty:
         raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
@@ -89,7 +89,7 @@ def _report(ctx, got, reported: Reported, split: str, plots: bool, wide: bool, f
             write_pages(reported.stage, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
             return
     runs = got.runs["perplexity"]
-    col, pos, modes = _rows(got, filters, mode)
+    col, pos, modes = _rows(got, filters, mode, plots)
     print_tables(col, split, wide)
     reported += write_report(col, pos, reported.stage, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split,
                              modes, plots)

@@ -6,8 +6,8 @@ from typing import Any
 
 import typer
 
-from pe_bench import schemes
-from pe_bench.cli.app import app
+from pe_bench import plugins, schemes
+from pe_bench.cli.app import app, warn
 from pe_bench.config import preset_path
 
 
@@ -25,6 +25,8 @@ def list_schemes(variants: bool = typer.Option(
         if variants:
             for variant in _eval_variants(entry.name):
                 typer.echo(f"{'':<{width}}   + " + " ".join(f"scheme.{k}={_word(v)}" for k, v in _flat(variant)))
+    for problem in plugins.PROBLEMS:
+        warn(f"left out: {problem}")
 
 
 def _eval_variants(name: str) -> list[dict[str, Any]]:

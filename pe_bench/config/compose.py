@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pe_bench import schemes, tasks
+from pe_bench import plugins, schemes, tasks
 from pe_bench.config.schema import GROUPS, LOGGER_PACKAGES, Config, config_dir, preset_dirs, preset_names, preset_path
 from pe_bench.config.typed import keys_hint, omegaconf_message, structured
 from pe_bench.config.validate import validate
@@ -153,10 +153,19 @@ def _check_group_choices(overrides: list[str]) -> None:
         key, _, value = o.partition("=")
         key = key.lstrip("+~")
         if key in GROUPS and value and "," not in value:
+            preset_path(key, value)  # a preset defined twice is refused here
             options = preset_names(key)
             if value not in options:
                 what = "scheme" if key == "scheme" else f"{key} preset"
-                raise ConfigError(f"unknown {what} {value!r}; choose one of: {', '.join(options)}")
+                raise ConfigError(f"unknown {what} {value!r}; choose one of: {', '.join(options)}"
+                                  f"{plugin_problems()}")
+
+
+def plugin_problems() -> str:
+    """The plugins left out (read once by the registries), as the end of an "unknown name" message."""
+    schemes.catalog()
+    tasks.registry()
+    return plugins.problems_said()
 
 
 def _hydra_message(e: BaseException, scheme_name: str | None = None) -> str:

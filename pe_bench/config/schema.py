@@ -10,6 +10,7 @@ from typing import Any
 
 from pe_bench.ranges import ranged
 from pe_bench import plugins, tasks
+from pe_bench.errors import ConfigError
 from pe_bench.tasks import TaskConfig
 
 
@@ -36,7 +37,11 @@ def preset_names(group: str) -> list[str]:
 
 def preset_path(group: str, name: str) -> Path:
     """configs/<group>/<name>.yaml: pe-bench's own, else the first plugin directory's that has it (a path that does
-    not exist when none has it)."""
+    not exist when none has it). A plugin preset of the same name as another one is refused, never silently
+    shadowed: ConfigError naming both files."""
+    found = [d / group / f"{name}.yaml" for d in preset_dirs() if (d / group / f"{name}.yaml").is_file()]
+    if len(found) > 1:
+        raise ConfigError(f"{group}={name} is defined twice, by {found[0]} and {found[1]}: rename the plugin's preset")
     for d in preset_dirs():
         if (d / group / f"{name}.yaml").is_file():
             return d / group / f"{name}.yaml"

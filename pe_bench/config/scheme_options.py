@@ -47,9 +47,13 @@ def fixed_option_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[list
 
 
 def check_scheme_name(name: Any) -> None:
+    from pe_bench import plugins
+
+    if name in schemes.CLASHES:
+        raise ConfigError(f"scheme {name!r} is defined twice, by {schemes.CLASHES[name]}: rename the plugin's scheme")
     if name not in schemes.available():
         raise ConfigError(f"unknown scheme {name!r}; choose one of: {', '.join(schemes.available())} "
-                          "(`pe-bench schemes` describes them)")
+                          f"(`pe-bench schemes` describes them){plugins.problems_said()}")
 
 
 def with_options(spec: SchemeSpec, overrides: dict[str, Any], prefix: str = "scheme") -> SchemeSpec:

@@ -34,6 +34,8 @@ def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(omegaconf_message(e, "", Config)) from None
+    if cfg.task.name in tasks.CLASHES:
+        tasks.get(cfg.task.name)  # the one line naming both definitions
     for dotted, allowed in CHOICES.items():
         group, key = dotted.split(".")
         value = getattr(getattr(cfg, group), key)

@@ -20,16 +20,13 @@ from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS
 from pe_bench.evaluate.perplexity import budget_label, context_ranges, sliding_stride
 from pe_bench.finetune import finetune_tag, method_tag
 from pe_bench.report.files import (
-    NOT_A_NUMBER,
     NUMERIC,
-    POSITION_NUMERIC,
-    POSITION_REQUIRED,
     check_against_windows,
     legacy_labels,
     read_accuracy_rows,
     read_context,
     read_eval_rows,
-    read_whole_csv,
+    read_positions,
     read_windows,
 )
 from pe_bench.report.labels import TAGGED, UNLABELLED, config_identity, flatten, labelled, mixed_numerics
@@ -228,17 +225,12 @@ def _context_from_positions(run: Run, d: pd.DataFrame) -> pd.DataFrame:
     """Context use of a run evaluated before context.csv existed, from its per-position curves (positions.csv) where
     their buckets fall on the range edges: the same differences, with no interval (``lo``/``hi`` NaN) since the
     per-window losses of each range were not kept. Empty when the buckets do not fit or there is no positions.csv."""
-    if not run.positions_csv.exists():
-        return pd.DataFrame()
     try:
-        rows, columns = read_whole_csv(run.positions_csv, None, POSITION_REQUIRED, allow_empty=True)
+        pos = read_positions(run)
     except RunFileError:
         return pd.DataFrame()  # an unreadable curve costs its '—' cells and plot lines (collect_positions names it)
-    pos = pd.DataFrame(rows, columns=columns, dtype=str)
-    if pos.empty or pos.isna().any().any():
+    if pos.empty:
         return pd.DataFrame()
-    for c in (*POSITION_NUMERIC, "loss"):
-        pos[c] = pd.to_numeric(pos[c], errors="coerce")
     pos["scheme"] = pos["scheme"].map(legacy_labels(run))
     out = []
     for (scheme, L, step, precision), g in pos.groupby(["scheme", "L_train", "step", "precision"]):
@@ -429,21 +421,14 @@ def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.Data
     lines in the plot, named in one line appended to ``left``."""
     frames = []
     for run in runs:
-        if not run.positions_csv.exists():
-            continue
         try:
-            rows, columns = read_whole_csv(run.positions_csv, None, POSITION_REQUIRED, allow_empty=True)
-            d = pd.DataFrame(rows, columns=columns, dtype=str)
-            if d.isna().any().any():
-                raise RunFileError(f"{run.positions_csv} has a line with the wrong number of fields")
-            for c in POSITION_NUMERIC:
-                d[c] = pd.to_numeric(d[c])
-            d["loss"] = pd.to_numeric(d["loss"].where(~d["loss"].str.lower().isin(NOT_A_NUMBER), "nan"))
-            d["scheme"] = d["scheme"].map(legacy_labels(run))
-        except (RunFileError, ValueError) as e:
-            text = str(e) if isinstance(e, RunFileError) else f"{run.positions_csv} holds a value that is not a number"
+            d = read_positions(run)
+        except RunFileError as e:
             if left is not None:
-                left.append(f"{text}: its loss-by-position lines are left out")
+                left.append(f"{e}: its loss-by-position lines are left out")
             continue
-        frames.append(d.assign(run=run.path.name)[["run", *columns]])
+        if d.empty and not len(d.columns):
+            continue
+        d["scheme"] = d["scheme"].map(legacy_labels(run))
+        frames.append(d.assign(run=run.path.name)[["run", *d.columns]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -224,6 +224,24 @@ def check_against_windows(run: Run, rows: pd.DataFrame, windows: dict[tuple, tup
                                "stale); re-evaluate the run with `pe-bench eval`")
 
 
+def read_positions(run: Run) -> pd.DataFrame:
+    """A run's positions.csv (loss by position bucket) as a frame with its numeric columns parsed and a non-finite
+    loss as NaN; empty when the run has none. A file that cannot be read whole is a RunFileError naming it."""
+    if not run.positions_csv.exists():
+        return pd.DataFrame()
+    rows, columns = read_whole_csv(run.positions_csv, None, POSITION_REQUIRED, allow_empty=True)
+    d = pd.DataFrame(rows, columns=columns, dtype=str)
+    if d.isna().any().any():
+        raise RunFileError(f"{run.positions_csv} has a line with the wrong number of fields")
+    try:
+        for c in POSITION_NUMERIC:
+            d[c] = pd.to_numeric(d[c])
+        d["loss"] = pd.to_numeric(d["loss"].where(~d["loss"].str.lower().isin(NOT_A_NUMBER), "nan"))
+    except ValueError:
+        raise RunFileError(f"{run.positions_csv} holds a value that is not a number") from None
+    return d
+
+
 PLAN = ".complete"  # in the staging folder once every file is written: what to move and what to remove
 PAGES = ("README.md", "results.json", "index.html")  # written by every report beside its tables and figures
 RESULTS_JSON = "results.json"

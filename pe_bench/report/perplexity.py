@@ -251,6 +251,8 @@ def compare(col: Collected, a: str, b: str, split: str = "validation",
     if not out:
         raise ConfigError(f"--compare {a} {b}: nothing to compare; " + ("; ".join(left) or "no rows"))
     t = pd.DataFrame(out)
+    if t.groupby(["mode", "config", "L_eval"])["budget"].nunique().max() < 2:  # one budget per length: unsaid
+        t = t.drop(columns="budget")
     t.attrs["left_out"] = left
     return t
 
@@ -267,6 +269,9 @@ def _compared(col: Collected, g: pd.DataFrame, a: str, b: str, partial: bool) ->
     bad = {int(x) for x in pd.concat([ra, rb]).query("status != 'ok'")["seed"]}
     common = (set(ra["seed"]) & set(rb["seed"])) - bad
     dropped = sorted((set(ra["seed"]) | set(rb["seed"])) - common)
+    if not set(ra["seed"]) & set(rb["seed"]):
+        return None, (f"the seeds do not overlap ({a}: {', '.join(map(str, sorted(set(ra['seed']))))}; {b}: "
+                      f"{', '.join(map(str, sorted(set(rb['seed']))))}): nothing to pair")
     if not common:
         return None, "no seed has a finite perplexity on both sides"
     ra, rb = ra[ra["seed"].isin(common)], rb[rb["seed"].isin(common)]
@@ -277,6 +282,7 @@ def _compared(col: Collected, g: pd.DataFrame, a: str, b: str, partial: bool) ->
     label = ra["label"].iloc[0].replace(a, "", 1).lstrip(" ·")
     verdict = {"lower": f"{a} lower", "higher": f"{b} lower"}.get(p.verdict, "not distinguishable")
     return {"config": label or "-", "L": int(g["L_train"].iloc[0]), "L_eval": int(g["L_eval"].iloc[0]),
+            "budget": f"{g['budget'].iloc[0]} ({int(g['tokens_scored'].iloc[0]):,} tokens)",
             f"ppl {a}": round(float(ra["ppl"].mean()), 3), f"ppl {b}": round(float(rb["ppl"].mean()), 3),
             "difference": round(p.diff, 3), "95% interval": f"[{p.interval.lo:.3f}, {p.interval.hi:.3f}]",
             "method": f"t, {p.interval.n} seeds" if p.interval.method == stats.T_METHOD

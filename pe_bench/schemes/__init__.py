@@ -59,7 +59,13 @@ def catalog() -> dict[str, Entry]:
     """name → Entry for every scheme class defined in this package, read from the source files."""
     out: dict[str, Entry] = {}
     for module in _modules():
-        tree = ast.parse(module.path.read_text(encoding="utf-8"))
+        try:
+            tree = ast.parse(module.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError) as e:  # a plugin's file: left out, said once
+            where = f", line {e.lineno}" if isinstance(e, SyntaxError) else ""
+            plugins.note(f"the plugin {module.path}{where} cannot be read ({type(e).__name__}); fix it or take it "
+                         f"off {plugins.ENV}")
+            continue
         classes: dict[str, tuple[list[str], dict[str, Any]]] = {}
         for node in tree.body:
             if not isinstance(node, ast.ClassDef):
@@ -89,14 +95,19 @@ def catalog() -> dict[str, Entry]:
             name = attrs.get("name")
             if name:
                 style = lookup(cls, "style", None)
-                if name in out:
-                    raise ConfigError(f"scheme {name!r} is defined twice: in {out[name].origin} and in {module.origin}")
+                if name in out or name in CLASHES:  # neither is used: which one was meant is unknown
+                    CLASHES[name] = f"{CLASHES.get(name) or out.pop(name).origin} and {module.origin}"
+                    plugins.note(f"scheme {name!r} is defined twice, by {CLASHES[name]}: rename the plugin's")
+                    continue
                 out[name] = Entry(name, lookup(cls, "description", ""), lookup(cls, "citation", ""),
                                   tuple(lookup(cls, "acts_on", ())), _short(module),
                                   tuple(lookup(cls, "late_options", ())), dict(lookup(cls, "legacy_options", {})),
                                   tuple(style) if style else None, dict(lookup(cls, "variant_styles", {})),
                                   module.origin)
     return dict(sorted(out.items()))
+
+
+CLASHES: dict[str, str] = {}  # a scheme name defined twice (a plugin named like a built-in scheme) → by whom
 
 
 def _short(module: plugins.Module) -> str:
@@ -109,11 +120,15 @@ def available() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def _load_all() -> None:
+    names = {e.module for e in catalog().values()}
     for module in _modules():
         if module.origin == "pe-bench":
             importlib.import_module(module.name)
-        else:
-            plugins.load(module)
+        elif module.name in names:  # (a file the catalog left out is not imported either)
+            try:
+                plugins.load(module)
+            except ConfigError as e:
+                plugins.note(str(e))
 
 
 def get(name: str) -> type[Scheme]:
@@ -121,7 +136,8 @@ def get(name: str) -> type[Scheme]:
     try:
         return registry[name]
     except KeyError:
-        raise KeyError(f"unknown scheme {name!r}; choose one of: {', '.join(available())}") from None
+        raise KeyError(f"unknown scheme {name!r}; choose one of: {', '.join(available())}"
+                       f"{plugins.problems_said()}") from None
 
 
 def lacking_legacy_options(scheme: dict[str, Any]) -> dict[str, Any]:

@@ -49,14 +49,34 @@ def registry() -> dict[str, type[Task]]:
     """name → Task class of every task module in this package and of the plugins, sorted by name."""
     found: dict[str, type[Task]] = {}
     own = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__) if m.name != "base"]
-    for module in own + [plugins.load(m) for m in plugins.modules("tasks")]:
+    for module in own + _plugin_modules():
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, Task) and obj.name and obj.__module__ == module.__name__:
-                if obj.name in found:
-                    raise ConfigError(f"task {obj.name!r} is defined twice: in {found[obj.name].__module__} and in "
-                                    f"{module.__name__}")
+                if obj.name in found or obj.name in CLASHES:  # neither is used: which one was meant is unknown
+                    where = CLASHES.get(obj.name) or found.pop(obj.name).__module__
+                    CLASHES[obj.name] = f"{where} and {_file(module)}"
+                    plugins.note(f"task {obj.name!r} is defined twice, by {CLASHES[obj.name]}: rename the plugin's")
+                    continue
                 found[obj.name] = obj
     return dict(sorted(found.items()))
+
+
+CLASHES: dict[str, str] = {}  # a task name defined twice (a plugin named like a built-in task) → by whom
+
+
+def _plugin_modules() -> list[Any]:
+    """The task plugins' modules; one that cannot be imported is left out (pe_bench.plugins.note)."""
+    out = []
+    for m in plugins.modules("tasks"):
+        try:
+            out.append(plugins.load(m))
+        except ConfigError as e:
+            plugins.note(str(e))
+    return out
+
+
+def _file(module: Any) -> str:
+    return str(getattr(module, "__file__", None) or module.__name__)
 
 
 def origin(name: str) -> str:
@@ -73,7 +93,10 @@ def get(name: str) -> type[Task]:
     try:
         return registry()[name]
     except KeyError:
-        raise ConfigError(f"task={name} is not a task; choose one of: {', '.join(names())}") from None
+        if name in CLASHES:
+            raise ConfigError(f"task={name} is defined twice, by {CLASHES[name]}: rename the plugin's task") from None
+        raise ConfigError(f"task={name} is not a task; choose one of: {', '.join(names())}"
+                          f"{plugins.problems_said()}") from None
 
 
 def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:
