@@ -64,12 +64,14 @@ def test_cfg_prints_the_resolved_config_and_the_run_directory_and_runs_nothing(t
     assert bad.exit_code == 2 and "model.n_layers=0 is out of range" in bad.output
 
 
-def test_help_schemes_version_cfg_and_config_errors_never_import_torch(tmp_path):
+def test_help_schemes_version_and_config_errors_never_import_torch(tmp_path):
+    """`--cfg` builds the scheme as training does (so it refuses what training refuses) and may import torch; help,
+    the listing and the errors composing finds do not."""
     probe = ("import sys, runpy; sys.argv = ['pe-bench', *sys.argv[1:]]\n"
              "try:\n    runpy.run_module('pe_bench', run_name='__main__')\n"
              "except SystemExit as e:\n    code = e.code\n"
              "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code, file=sys.stderr)")
-    for args in (["--help"], ["schemes"], ["--version"], ["train", "--cfg", "scheme=rope"], ["train", "--help"],
+    for args in (["--help"], ["schemes"], ["--version"], ["train", "--help"],
                  ["train", "model.n_layer=2"], ["train", "scheme", "rope"], ["train", "scheme=nosuch"],
                  ["train", "train.seq_len=64,128"], ["train", "model.n_layers=-1"]):
         p = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=tmp_path,

@@ -211,6 +211,7 @@ def test_an_unfinished_or_missing_parent_is_refused(parents, tmp_path):
     cfg = compose(["scheme=nope", *TINY, f"results_dir={tmp_path}", "train.steps=5"])
     run = Run.for_config(cfg)
     run.create(cfg)
+    run.update_meta(status="running")  # a status is reached through running
     run.update_meta(status="interrupted")
     r = runner.invoke(app, ["finetune", str(run.path)])
     assert r.exit_code == 2 and "is not finished (status interrupted)" in r.output, r.output
@@ -258,6 +259,7 @@ def finished_looking(root: Path, *overrides: str) -> Run:
     cfg = compose([*overrides, f"results_dir={root}"], scheme=False)
     run = Run.for_config(cfg)
     run.create(cfg)
+    run.update_meta(status="running")  # a status is reached through running
     run.update_meta(status="done")
     run.eval_csv.write_text("")
     run.checkpoint.write_bytes(b"")

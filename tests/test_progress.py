@@ -108,6 +108,7 @@ def _finished(tmp_path, overrides: str, wall: float, train: float) -> None:
     cfg = compose(["scheme=rope", *TINY, f"results_dir={tmp_path}", *overrides.split()])
     run = Run(run_dir_for(cfg))
     run.create(cfg)
+    run.update_meta(status="running")  # a status is reached through running
     run.update_meta(status="done", wall_seconds=wall, train_seconds=train, eval_seconds=wall - train - 1,
                     device="cpu (x86_64, 2 threads)")
 

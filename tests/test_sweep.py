@@ -402,6 +402,7 @@ def test_a_run_directory_with_an_unreadable_config_yaml_is_left_alone_and_counte
     cfg = smoke_point("scheme=nope", "seed=0", f"results_dir={tmp_path}")
     run = Run(run_dir_for(cfg))
     run.create(cfg)
+    run.update_meta(status="running")  # a status is reached through running
     run.update_meta(status="done")
     run.config.write_text("model: [1, 2\n  x: {")
     args = [*SMOKE, "scheme=nope", "seed=0", f"results_dir={tmp_path}"]

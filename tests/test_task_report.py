@@ -86,7 +86,7 @@ def test_diverged_unfinished_and_altered_runs_are_never_averaged_in(results, tmp
     acc = collect_accuracy(runs)
     assert any("is not finished" in line and s1.path.name in line for line in acc.left_out)
     assert int(accuracy_table(acc.df, "passkey")["seeds"].iloc[0]) == 1
-    s1.meta_path.write_text(json.dumps(meta))
+    s1.meta_path.write_text(meta.dumps())
     s0.accuracy_csv.write_text(s0.accuracy_csv.read_text().replace(",ok,", ",ok,", 1) + "\n")
     acc = collect_accuracy(runs)
     assert any("does not match the checksum" in line for line in acc.left_out)

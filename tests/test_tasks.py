@@ -435,3 +435,30 @@ def test_a_task_brings_its_model_preset_unless_a_model_is_chosen():
     assert compose(["task=assoc_recall", "model=tiny"], scheme=False).model.init == "gpt2"
     cfg = compose(["task=assoc_recall", "model.n_layers=2"], scheme=False)
     assert (cfg.model.name, cfg.model.n_layers, cfg.model.init) == ("tiny_fan_in", 2, "fan_in")
+
+
+HELDOUT_SHA = {  # sha256 (first 16 hex digits) of the first 8 held-out examples per depth at 2L = 64, every task
+    "addition": "22045ed83f0ec3df", "assoc_recall": "c736ae715f71aa32", "common_words": "2cfe79dd8e451bb7",
+    "copy": "b3342db6dcaccd12", "counting": "a45640d2d1517fe2", "flipflop": "f5a826e87ff35fd7",
+    "needle_multikey": "374c0b8c192ab700", "needle_multivalue": "910b852c028cb66b", "passkey": "ca2e698c4d6aecda",
+    "reverse": "bad0adfa30ae7457", "variable_tracking": "5f7a65934134da7e"}
+
+
+def test_every_tasks_held_out_examples_are_pinned_so_committed_accuracies_stay_comparable():
+    """The held-out sets are what every committed accuracy was scored on: a change to a generator (a key position
+    rounded instead of truncated) would silently score new runs on other questions than the committed ones."""
+    import hashlib
+
+    from pe_bench import tasks
+    from pe_bench.config import compose
+
+    assert set(HELDOUT_SHA) <= set(tasks.names())  # the tasks committed results were scored on
+    for name, expected in HELDOUT_SHA.items():
+        cfg = compose([f"task={name}"], scheme=False)
+        task = tasks.build_task(cfg.task)
+        h = hashlib.sha256()
+        for depth in task.eval_depths():
+            batch = task.heldout_set(2 * cfg.train.seq_len, 8, depth)
+            for a in (batch.x, batch.y, batch.mask):
+                h.update(a.numpy().tobytes())
+        assert h.hexdigest()[:16] == expected, name

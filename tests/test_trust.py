@@ -513,6 +513,7 @@ def test_a_diverged_runs_rows_say_diverged_for_the_base_scheme_and_every_eval_ti
     cfg = compose(["scheme=rope", *TINY, f"results_dir={tmp_path}"])
     run = Run.for_config(cfg)
     run.create(cfg)
+    run.update_meta(status="running")  # a status is reached through running
     run.update_meta(status="diverged", diverged_step=3, diverged_what="loss", diverged_value="nan")
     variants = yaml.safe_load((config_dir() / "scheme" / "rope.yaml").read_text())["eval_variants"]
     assert len(variants) >= 2
