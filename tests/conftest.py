@@ -36,7 +36,5 @@ def _cpu_unless_marked_cuda(request, monkeypatch):
 
 @pytest.fixture
 def smoke_args(tmp_path):
-    """CLI overrides for a seconds-long run in a temporary results directory, its scheme's eval-time variants
-    evaluated too (eval=smoke alone evaluates none)."""
-    return ["train=smoke", "eval=smoke", "eval.variants=true", "model.n_layers=2", "model.d_model=64",
-            f"results_dir={tmp_path / 'results'}"]
+    """CLI overrides for a seconds-long run in a temporary results directory."""
+    return ["train=smoke", "eval=smoke", "model.n_layers=2", "model.d_model=64", f"results_dir={tmp_path / 'results'}"]

@@ -42,7 +42,7 @@ def test_train_writes_a_complete_run_directory(smoke_args, tmp_path):
 
 
 def test_eval_reevaluates_a_saved_run_without_retraining(smoke_args, tmp_path):
-    assert invoke("train", "scheme=learned", *smoke_args, "--no-progress").exit_code == 0
+    assert invoke("train", "scheme=learned", *smoke_args, "eval.variants=true", "--no-progress").exit_code == 0
     run = only_run(tmp_path / "results")
     ckpt_mtime = (run / "checkpoint.pt").stat().st_mtime_ns
     ev = pd.read_csv(run / "eval.csv")
@@ -65,7 +65,7 @@ def test_eval_reevaluates_a_saved_run_without_retraining(smoke_args, tmp_path):
 
 
 def test_rope_extensions_are_rows_of_their_own_and_can_be_added_at_eval_time(smoke_args, tmp_path):
-    assert invoke("train", "scheme=rope", *smoke_args, "--no-progress").exit_code == 0
+    assert invoke("train", "scheme=rope", *smoke_args, "eval.variants=true", "--no-progress").exit_code == 0
     run = only_run(tmp_path / "results")
     ev = pd.read_csv(run / "eval.csv")
     extensions = {"rope+linear×8", "rope+ntk×8", "rope+dynamic", "rope+yarn×8", "rope+llama3×8", "rope+rerope",
@@ -98,7 +98,7 @@ def test_randomized_positions_train_and_evaluate_within_their_range(smoke_args, 
 
 
 def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
-    r = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")
+    r = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "eval.variants=true", "--no-progress")
     assert r.exit_code == 0, r.output
     table = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
     uniform = {f"nope[head_scale={x}]" for x in (1.2, 1.5, 1.8)}  # NoPE's eval-time rows (configs/scheme/nope.yaml)
@@ -111,7 +111,7 @@ def test_sweep_trains_each_point_then_skips_finished_ones(smoke_args, tmp_path):
         "ppl_vs_length_nonoverlapping.png", "ppl_vs_length_sliding.png", "loss_vs_position.png"}
     alibi_run = next((tmp_path / "results" / "runs").glob("alibi-*"))
     assert invoke("eval", str(alibi_run), "eval.lengths=[512]", "eval.variants=false").exit_code == 0
-    again = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "--no-progress")
+    again = invoke("sweep", "scheme=nope,alibi", "seed=0", *smoke_args, "eval.variants=true", "--no-progress")
     assert "2 skipped" in again.output and "0 trained" in again.output
     table2 = pd.read_csv(tmp_path / "results" / "default" / "comparison.csv")
     assert "512" not in table2.columns  # an extra evaluation of one run does not leak into the sweep's table

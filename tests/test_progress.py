@@ -13,7 +13,7 @@ from pe_bench.config import compose
 from pe_bench.evaluate.perplexity import evaluate
 from pe_bench.experiment import run_one
 from pe_bench.progress import TrainProgress, duration
-from pe_bench.runs import Run, run_dir_for
+from pe_bench.runs import Run, RunMeta, run_dir_for
 from pe_bench.sweep import estimate, plan
 
 DEV = torch.device("cpu")
@@ -124,7 +124,7 @@ def test_estimate_uses_finished_runs_of_the_same_shape_and_says_unknown_without_
     assert estimate(_points(tmp_path, "seed=1", "seed=2"), parallel=2)[0] == pytest.approx(100.0)
 
     resume = _points(tmp_path, "seed=1")
-    resume[0].state, resume[0].meta = "resume", {"checkpoint_step": 10}  # half of train=smoke's 20 steps
+    resume[0].state, resume[0].meta = "resume", RunMeta(checkpoint_step=10)  # half of train=smoke's 20 steps
     assert estimate(resume)[0] == pytest.approx(100.0 - 80.0 / 2)
 
     other = plan([["scheme=alibi", *TINY, f"results_dir={tmp_path}", "seed=1"]])

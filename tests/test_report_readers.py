@@ -573,7 +573,7 @@ def test_a_diverged_run_gives_diverged_rows_beside_the_rows_its_eval_csv_holds(r
     col = collect_all([run])
     assert col.left_out == []
     assert col.df["status"].value_counts().to_dict() == {"diverged": len(expected),
-                                                         "ok": len(read_eval_rows(run, meta))}
+                                                         "ok": len(read_eval_rows(run, run.meta()))}
     assert set(col.df.loc[col.df["status"] == "diverged", "note"]) == {"training diverged at step 3"}
     (rope / "eval.csv").unlink()
     (rope / "windows.csv").unlink()

@@ -323,7 +323,7 @@ def test_a_run_is_never_resumed_or_evaluated_on_other_data_than_it_was_trained_o
 
 def test_two_configurations_never_share_a_row_even_with_the_same_label(smoke_args, tmp_path):
     # rope evaluated as rope+yarn×8 (an eval-time variant) and rope TRAINED with YaRN×8 have the same label
-    args = [*smoke_args, "seed=0", "--no-progress"]
+    args = [*smoke_args, "seed=0", "eval.variants=true", "--no-progress"]
     assert invoke("train", "scheme=rope", "scheme.eval_variants=[{scaling:{type:yarn,factor:8}}]", *args).exit_code == 0
     assert invoke("train", "scheme=rope", "scheme.scaling.type=yarn", "scheme.scaling.factor=8",
                   "scheme.eval_variants=[]", *args).exit_code == 0
@@ -510,7 +510,7 @@ def test_a_diverged_runs_rows_say_diverged_for_the_base_scheme_and_every_eval_ti
     from pe_bench.config import compose, config_dir
     from pe_bench.report import collect_all, comparison
 
-    cfg = compose(["scheme=rope", *TINY, f"results_dir={tmp_path}"])
+    cfg = compose(["scheme=rope", *TINY, "eval.variants=true", f"results_dir={tmp_path}"])
     run = Run.for_config(cfg)
     run.create(cfg)
     run.update_meta(status="running")  # a status is reached through running
