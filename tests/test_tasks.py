@@ -245,7 +245,7 @@ BAD = [
     (["task=copy", "task.train_lengths=random"], "task.train_lengths='random' is not one of: uniform, curriculum"),
     (["task=passkey", "task.filler=noise"], "task.filler='noise' is not one of: random, text"),
     (["task=sorting"], "unknown task preset 'sorting'; choose one of: " + ", ".join(preset_names("task"))),
-    (["task=copy", "task.symbols=1"], "task.symbols=1 is out of range: must be >= 2"),
+    (["task=copy", "task.symbols=1"], "task.symbols=1 is out of range: must be in [2, 50000]"),
     (["task=passkey", "task.filler=text", "task.symbols=8"], "task.symbols is not read by task.filler=text"),
     (["task=assoc_recall", "task.n_keys=2"], "task.n_keys=2 is too few for task=assoc_recall at length 256"),
     (["task=assoc_recall", "task.n_keys=100", *QUICK], "raise task.n_keys to at least 123"),

@@ -227,11 +227,11 @@ def _context_from_positions(run: Run, d: pd.DataFrame) -> pd.DataFrame:
     per-window losses of each range were not kept. Empty when the buckets do not fit or there is no positions.csv."""
     try:
         pos = read_positions(run)
+        if pos.empty:
+            return pd.DataFrame()
+        pos["scheme"] = pos["scheme"].map(legacy_labels(run))
     except RunFileError:
         return pd.DataFrame()  # an unreadable curve costs its '—' cells and plot lines (collect_positions names it)
-    if pos.empty:
-        return pd.DataFrame()
-    pos["scheme"] = pos["scheme"].map(legacy_labels(run))
     out = []
     for (scheme, L, step, precision), g in pos.groupby(["scheme", "L_train", "step", "precision"]):
         ref = _range_loss(g[g["L_eval"] == L], L // 2, L)
@@ -423,12 +423,12 @@ def collect_positions(runs: list[Run], left: list[str] | None = None) -> pd.Data
     for run in runs:
         try:
             d = read_positions(run)
+            if d.empty and not len(d.columns):
+                continue
+            d["scheme"] = d["scheme"].map(legacy_labels(run))
         except RunFileError as e:
             if left is not None:
                 left.append(f"{e}: its loss-by-position lines are left out")
             continue
-        if d.empty and not len(d.columns):
-            continue
-        d["scheme"] = d["scheme"].map(legacy_labels(run))
         frames.append(d.assign(run=run.path.name)[["run", *d.columns]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
