@@ -387,9 +387,10 @@ def _draw_positions(ax, name: str, g: pd.DataFrame, n: int) -> None:
     if g.empty:
         return
     at = int(g["L_eval"].iloc[0])
-    g = (g.assign(nll=g["loss"] * g["tokens"]).groupby(["pos_start", "pos_end"], sort=True)
-         [["nll", "tokens"]].sum().reset_index())
-    _draw(ax, name, ((g["pos_start"] + g["pos_end"]) / 2).to_numpy(float), (g["nll"] / g["tokens"]).to_numpy(float),
+    g = (g.assign(nll=g["loss"] * g["tokens"], bad=g["loss"].isna()).groupby(["pos_start", "pos_end"], sort=True)
+         [["nll", "tokens", "bad"]].sum().reset_index())
+    mean = (g["nll"] / g["tokens"]).where(g["bad"] == 0)  # a seed without a number leaves a gap, never a partial mean
+    _draw(ax, name, ((g["pos_start"] + g["pos_end"]) / 2).to_numpy(float), mean.to_numpy(float),
           label=name if at == n else f"{name} (at {at})")
 
 

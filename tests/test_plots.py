@@ -181,3 +181,14 @@ def test_several_data_sets_or_models_get_a_column_of_panels_each(column, values)
     for ax, v in zip(fig.axes, values):
         assert v in ax.get_title(loc="left")
         assert [ln.get_label() for ln in ax.get_lines()][:2] == ["alibi", "rope"]
+
+
+def test_a_seed_without_a_number_at_a_position_leaves_a_gap_in_its_own_curve_only():
+    import numpy as np
+
+    two = pd.concat([positions(["alibi", "rope"]), positions(["alibi", "rope"]).assign(seed=1)], ignore_index=True)
+    two.loc[(two["scheme"] == "rope") & (two["seed"] == 1) & (two["pos_start"] == 0), "loss"] = float("nan")
+    lines = series(positions_figure(two))
+    rope, alibi = lines["rope"].get_ydata(), lines["alibi"].get_ydata()
+    assert np.isnan(rope[0]) and not np.isnan(rope[1:]).any()  # a gap, never the other seed's loss alone
+    assert not np.isnan(alibi).any() and alibi[0] == pytest.approx(2.0)

@@ -271,6 +271,8 @@ def test_a_damaged_positions_file_is_named_and_costs_only_its_plot_lines(results
     assert "left out of the plots:" in r.output and "positions.csv" in r.output
     table = pd.read_csv(results.parent / "rep" / "comparison.csv")
     assert "rope" in set(table["scheme"])  # its tables stand
+    quiet = invoke("report", results, "--out", results.parent / "rep2", "--no-plots")
+    assert quiet.exit_code == 0 and "left out of the plots" not in quiet.output  # no plots: nothing to say of them
 
 
 def test_an_analysis_records_its_step_and_is_retired_when_training_moves_on(tmp_path):

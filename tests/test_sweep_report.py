@@ -64,10 +64,10 @@ def test_smoke_evaluation_has_no_eval_time_variants_unless_asked():
     assert compose(["train=smoke", "eval.variants=true"]).eval.variants is True
 
 
-def _git_repo_with_committed_report(root):
+def _git_repo_with_committed_report(root, name="default"):
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    (root / "results" / "default").mkdir(parents=True)
-    (root / "results" / "default" / "comparison.md").write_text("committed\n")
+    (root / "results" / name).mkdir(parents=True)
+    (root / "results" / name / "comparison.md").write_text("committed\n")
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
     return root / "results"
 
@@ -82,8 +82,8 @@ def test_a_sweep_with_another_grid_refuses_to_overwrite_committed_results(tmp_pa
 
 
 def test_the_same_sweep_or_a_named_out_may_write_and_dry_run_says_where(tmp_path):
-    results = _git_repo_with_committed_report(tmp_path)
-    r = invoke("sweep", f"results_dir={results}", "--dry-run")  # the committed grid itself: regenerating it is fine
+    results = _git_repo_with_committed_report(tmp_path, "paper")
+    r = invoke("sweep", "sweep=paper", f"results_dir={results}", "--dry-run")  # the committed grid itself: fine
     assert r.exit_code == 0, r.output
     r = invoke("sweep", "scheme=nope", "train=smoke", "seed=0", f"results_dir={results}", "--dry-run",
                "--out", str(tmp_path / "elsewhere"))
