@@ -281,7 +281,7 @@ def plan(points: list[list[str]]) -> list[Point]:
 
 TODO = ("new", "retry", "resume")  # the states a sweep trains (every other point is skipped or left out)
 BUSY = ("running", "queued")  # another process or a Slurm task has the point: the sweep leaves it alone
-_SKIPPED = {State.DONE: ("done", "finished: skipped"), State.QUEUED: ("queued", "in a Slurm job: skipped"),
+_SKIPPED = {State.DONE: ("done", "finished: skipped"), State.QUEUED: ("queued", ""),
             State.RUNNING: ("running", "being trained by another process: skipped"), State.DIVERGED: ("diverged", ""),
             State.UNREADABLE: ("corrupt", "")}  # a run's State → the point's (state, detail)
 LEFT = ("diverged", "corrupt")  # not run again, counted as failures: a deterministic run diverges again; an
@@ -327,6 +327,8 @@ def inspect(point: Point) -> Point:
                             "diverges again; change train.lr, or delete the run directory to retry)")
         elif now.state == State.UNREADABLE:
             point.detail = now.detail
+        elif now.state == State.QUEUED:
+            point.detail = f"{now.detail}: skipped"
     elif now.checkpoint:
         point.state = "resume"
         point.detail = "resumes from its checkpoint" + (f" (step {at}/{steps})" if at is not None else "")

@@ -85,14 +85,19 @@ def _runs_section(meta: dict[str, RunMeta]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tables(written: list[Path]) -> dict[str, list[dict[str, Any]]]:
-    """file name → rows of each wide table written, as data (cell_value): the long CSVs stay files."""
+def _tables(written: list[Path]) -> dict[str, list[dict[str, str]]]:
+    """file name → rows (as written, every cell a string) of each wide table written: the long CSVs stay files."""
     out = {}
     for p in written:
         if p.suffix == ".csv" and not p.name.endswith("_long.csv"):
             with p.open(newline="", encoding="utf-8") as f:
-                out[p.name] = [{k: cell_value(v) for k, v in row.items()} for row in csv.DictReader(f)]
+                out[p.name] = list(csv.DictReader(f))
     return out
+
+
+def _data(tables: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, Any]]]:
+    """The tables as data (cell_value): numbers as numbers, intervals as their parts."""
+    return {name: [{k: cell_value(v) for k, v in row.items()} for row in rows] for name, rows in tables.items()}
 
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
@@ -128,7 +133,7 @@ def write_results_json(out: Path, title: str, command: str, written: list[Path],
            "made_by": {"pe_bench": __version__, "git_sha": git_sha(), "git_modified": git_modified(),
                        "torch": torch_version, "python": platform.python_version()},
            "runs": {name: m.summary() for name, m in sorted(meta.items())},
-           "tables": _tables(written), "files": [p.name for p in written], "left_out": list(left_out)}
+           "tables": _data(_tables(written)), "files": [p.name for p in written], "left_out": list(left_out)}
     path = out / "results.json"
     atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     return path
