@@ -39,12 +39,12 @@ def _recorded_plugins(argv: list[str]) -> None:
     command = next((w for w in words if w in READS_RUNS), None)
     if command is None:
         return
-    runs: list[Path] = []
+    run_dirs: list[Path] = []
     for w in words[words.index(command) + 1:]:
         for p in map(Path, sorted(glob.glob(w)) or [w]):
-            runs += [p] if (p / "meta.json").is_file() else [d.parent for d in sorted(
+            run_dirs += [p] if (p / "meta.json").is_file() else [d.parent for d in sorted(
                 (p / "runs" if (p / "runs").is_dir() else p).glob("*/meta.json"))] if p.is_dir() else []
-    found = recorded_dirs(runs)
+    found = recorded_dirs(run_dirs)
     for where, run in found.items():
         print(f"loading plugins from {where}, where {run} recorded its plugin (pass --path to choose)",
               file=sys.stderr)
