@@ -81,3 +81,15 @@ def test_no_import_cycle_among_pe_bench_modules():
     g = _graph()
     imports = {m: set(g.find_modules_directly_imported_by(m)) for m in g.modules}
     assert _cycles(imports) == []
+
+
+def test_every_subpackage_is_installed():
+    """A non-editable install (what CI and users get) carries exactly the packages pyproject.toml lists: a new
+    subpackage missing from it works in a checkout and fails on every fresh install."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "pe_bench").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
