@@ -60,3 +60,11 @@ def test_a_plugin_preset_named_like_a_built_in_preset_is_refused_when_chosen(plu
     r = pe_bench("train", "scheme=rope", "--cfg", env=env)
     assert r.returncode == 2 and "scheme=rope is defined twice" in r.stderr
     assert str(plugin_dir / "configs" / "scheme" / "rope.yaml") in r.stderr
+
+
+def test_a_plugin_file_whose_name_starts_with_an_underscore_is_not_a_plugin(plugin_dir):
+    from test_extending import SCHEME
+
+    (plugin_dir / "schemes" / "_helpers.py").write_text(SCHEME)  # a helper module beside the plugins, not one
+    listed = pe_bench("schemes", env={"PE_BENCH_PATH": str(plugin_dir)})
+    assert listed.returncode == 0 and "tilt" not in listed.stdout and "left out" not in listed.stderr

@@ -565,3 +565,12 @@ def test_compare_shows_the_token_budget_when_one_length_was_evaluated_with_two_a
     b1 = _paired_rows(rng, [("B", "validation", 32, 10, 0.1)], seed=1).df
     with pytest.raises(ConfigError, match=r"the seeds do not overlap \(A: 0; B: 1\)"):
         compare(Collected(pd.concat([apart, b1], ignore_index=True), {}), "A", "B")
+
+
+def test_an_extension_cell_is_the_mean_and_the_sample_std_over_seeds_and_never_averages_a_missing_number():
+    from pe_bench.report.extension import _cell
+
+    two = pd.DataFrame({"ppl": [10.0, 12.0], "status": ["ok", "ok"]})
+    assert _cell(two) == "11.000 ± 1.414"  # the sample std (n − 1), as the comparison table's; population: 1.000
+    assert _cell(two.iloc[:1]) == 10.0 and _cell(two.iloc[:0]) == "—"
+    assert _cell(two.assign(status=["ok", "diverged"])) == "diverged"
