@@ -281,9 +281,8 @@ def plan(points: list[list[str]]) -> list[Point]:
 
 TODO = ("new", "retry", "resume")  # the states a sweep trains (every other point is skipped or left out)
 BUSY = ("running", "queued")  # another process or a Slurm task has the point: the sweep leaves it alone
-_SKIPPED = {State.DONE: ("done", "finished: skipped"), State.QUEUED: ("queued", ""),
-            State.RUNNING: ("running", "being trained by another process: skipped"), State.DIVERGED: ("diverged", ""),
-            State.UNREADABLE: ("corrupt", "")}  # a run's State → the point's (state, detail)
+_SKIPPED = {State.DONE: "done", State.QUEUED: "queued", State.RUNNING: "running", State.DIVERGED: "diverged",
+            State.UNREADABLE: "corrupt"}  # a run's State → the state of a point the sweep does not train
 LEFT = ("diverged", "corrupt")  # not run again, counted as failures: a deterministic run diverges again; an
 # unreadable run directory needs a person (the message says what to do), and never blocks the other points
 
@@ -321,14 +320,10 @@ def inspect(point: Point) -> Point:
     point.meta = now.meta
     steps, at = point.cfg.train.steps, now.meta.checkpoint_step
     if now.state in _SKIPPED:
-        point.state, point.detail = _SKIPPED[now.state]
-        if now.state == State.DIVERGED:
-            point.detail = (f"diverged at step {now.meta.diverged_step} before: not retried (the same config "
-                            "diverges again; change train.lr, or delete the run directory to retry)")
-        elif now.state == State.UNREADABLE:
-            point.detail = now.detail
-        elif now.state == State.QUEUED:
-            point.detail = f"{now.detail}: skipped"
+        point.state = _SKIPPED[now.state]
+        point.detail = {State.DIVERGED: f"{now.detail} before: not retried (the same config diverges again; change "
+                                        "train.lr, or delete the run directory to retry)",
+                        State.UNREADABLE: now.detail}.get(now.state, f"{now.detail}: skipped")
     elif now.checkpoint:
         point.state = "resume"
         point.detail = "resumes from its checkpoint" + (f" (step {at}/{steps})" if at is not None else "")

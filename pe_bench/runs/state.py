@@ -50,7 +50,7 @@ def state_of(run: Run, slurm_alive: Callable[[str], bool] | None = None) -> RunS
     if meta.slurm_job and slurm_alive is not None and slurm_alive(meta.slurm_job):
         return RunState(State.QUEUED, f"in Slurm job {meta.slurm_job}", meta, ckpt)
     if run.is_locked():
-        return RunState(State.RUNNING, "held by another process", meta, ckpt)
+        return RunState(State.RUNNING, "being trained by another process", meta, ckpt)
     if meta.status == Status.QUEUED and slurm_alive is None:
         return RunState(State.QUEUED, f"handed to Slurm job {meta.slurm_job}", meta, ckpt)
     if meta.status in (Status.RUNNING, Status.QUEUED, Status.DONE):
