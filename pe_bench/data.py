@@ -473,7 +473,7 @@ def load_task_data(cfg: Config) -> TaskData:
     """The synthetic task of a config, with the corpus's byte tokens when it reads the corpus (passkey's text
     filler)."""
     filler, fingerprint = None, ""
-    if tasks.get(cfg.task.name).reads_corpus(tasks.options_of(cfg.task)):
+    if tasks.get(cfg.task.name).reads_corpus(cfg.task):
         corpus = load_tokens(cfg.data, cfg.cache_dir)
         if corpus.vocab_size > 256:
             raise ConfigError("task.filler=text reads the corpus as bytes: use data.tokenizer=byte")

@@ -1,4 +1,5 @@
-"""Declared valid ranges of numeric config fields, and the one checker that enforces them.
+"""Declared valid ranges of numeric config fields (and the valid values of string ones), and the one checker that
+enforces them.
 
 Every int/float field of a config schema (the dataclasses of :mod:`pe_bench.config` and every scheme's
 ``Options``) is declared with :func:`ranged`, e.g. ``lr: float = ranged(2e-3, gt=0)``. :func:`range_problem` walks a
@@ -59,6 +60,12 @@ def ranged(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: f
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def chosen(default: str, *others: str) -> Any:
+    """A string field with its valid values declared (the default first), e.g. ``filler: str = chosen("random",
+    "text")``: :func:`range_problem` refuses any other value."""
+    return dataclasses.field(default=default, metadata={"choices": (default, *others)})
 
 
 def fmt(value: Any) -> str:
@@ -131,6 +138,9 @@ def range_problem(schema: type, values: Any, prefix: str = "") -> str | None:
             if problem:
                 return problem
             continue
+        choices = f.metadata.get("choices")
+        if choices is not None and value not in choices:
+            return f"{key}={value!r} is not one of: {', '.join(choices)}"
         rng: Range | None = f.metadata.get("range")
         if rng is None:
             continue

@@ -192,7 +192,7 @@ def test_eval_lengths_from_ratios_or_explicit():
 def test_a_stop_request_ends_scoring_at_the_next_batch_of_windows(setup):
     """SIGTERM sets the stop flag; scoring checks it between batches (not once per length), so an evaluation ends
     within one batch of windows. Perplexity and accuracy alike."""
-    from pe_bench.config import TaskConfig
+    from pe_bench.tasks import options as task_options
     from pe_bench.distributed import StopRequested, clear_stop, request_stop
     from pe_bench.evaluate.accuracy import _score
     from pe_bench.tasks import build_task
@@ -208,7 +208,7 @@ def test_a_stop_request_ends_scoring_at_the_next_batch_of_windows(setup):
         with pytest.raises(StopRequested):
             score_windows(model, tokens, tb, 32, 32, 4096, 64, DEV, False, on_batch=stop_after_first)
         assert batches == [2]  # 64 tokens per batch: two windows of 32, then the stop; 126 more batches not scored
-        heldout = build_task(TaskConfig(name="copy")).heldout_set(16, 8)
+        heldout = build_task(task_options("copy")).heldout_set(16, 8)
         with pytest.raises(StopRequested):
             _score(model, heldout, None, DEV, False, 32)
     finally:

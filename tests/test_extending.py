@@ -156,7 +156,7 @@ def test_a_new_task_is_composed_trained_scored_and_reported(copy_with_a_new_sche
 @pytest.mark.parametrize("overrides", [["scheme=rope"], ["task=copy"], ["task=passkey", "task.filler=text"],
                                        ["task=assoc_recall", "scheme=t5"]])
 def test_a_new_task_and_its_option_leave_every_other_runs_name_alone(copy_with_a_new_scheme, overrides):
-    """The new task's option joins the flat table of task keys at its default; no other run's identity holds it."""
+    """The new task's options are its own: no other run's identity holds them."""
     names = []
     for root in (ROOT, copy_with_a_new_scheme):
         shown = run(root, "-m", "pe_bench", "train", *overrides, "--cfg")

@@ -95,8 +95,11 @@ def check_identity(cfg: Config, excluded: set[Path], seed: bool = True) -> None:
 
 
 def fields_but(group: str, kept: str = "") -> set[Path]:
-    """Every field of a Config group but ``kept`` (which stays in the identity)."""
-    return {(group, f.name) for f in dataclasses.fields(getattr(Config(), group)) if f.name != kept}
+    """Every field of a Config group but ``kept`` (which stays in the identity); the task group: the keys of a config
+    that names no task (the default task's)."""
+    default = getattr(Config(), group)
+    keys = default if isinstance(default, dict) else [f.name for f in dataclasses.fields(default)]
+    return {(group, k) for k in keys if k != kept}
 
 
 def out_of_identity(*, task: bool = False, corpus: bool = True, pose: bool = False, finetune: bool = False,

@@ -88,6 +88,46 @@ def test_a_task_with_its_own_option_from_the_search_path_trains(own_dir, tmp_pat
         .splitlines()[-1]
 
 
+SECOND = TASK.replace("First", "Second").replace('"first"', '"second"').replace(
+    "from pe_bench.ranges import ranged", "from pe_bench.ranges import chosen, ranged").replace(
+    "    alphabet: int = ranged(8, ge=2)",
+    "    alphabet: int = ranged(8, ge=2)\n    symbols: int = ranged(7, ge=2)  # copy's has another default\n"
+    "    mode: str = chosen(\"plain\", \"dense\")")
+
+
+def test_two_tasks_may_give_one_option_name_different_defaults_and_a_task_declares_its_choices(tmp_path):
+    """A task's options are its own typed dataclass: a plugin task whose ``symbols`` has another default than copy's
+    breaks nothing (``--help`` included), each task composes with its own default, a string option's choices are
+    declared on its field (no table elsewhere), and another task's key is one line naming the task that reads it."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "second.py").write_text(SECOND)
+    env = {"PE_BENCH_PATH": str(tmp_path)}
+    assert pe_bench("--help", env=env).returncode == 0
+    assert pe_bench("train", "--help", env=env).returncode == 0
+
+    def task_keys(*overrides: str) -> dict:
+        import yaml
+
+        shown = pe_bench("train", *overrides, "--cfg", env=env)
+        assert shown.returncode == 0, shown.stderr
+        return yaml.safe_load(shown.stdout[: shown.stdout.rindex("\n# ")] if "\n# " in shown.stdout
+                              else shown.stdout)["task"]
+
+    assert task_keys("task.name=second")["symbols"] == 7
+    assert task_keys("task.name=second", "task.mode=dense")["mode"] == "dense"
+    assert task_keys("task.name=copy")["symbols"] == 16 and "mode" not in task_keys("task.name=copy")
+    for overrides, line in (
+            (["task.name=second", "task.mode=sparse"], "error: task.mode='sparse' is not one of: plain, dense"),
+            (["task.name=copy", "task.mode=dense"], "error: task.mode=dense is not read by task=copy; it is an "
+                                                    "option of task=second"),
+            (["task.name=copy", "task.nope=1"], "error: unknown config key 'task.nope'; valid keys in task "
+                                                "(task=copy): name, train_lengths, curriculum_fraction, "
+                                                "eval_examples, symbols")):
+        r = pe_bench("train", *overrides, f"results_dir={tmp_path / 'out'}", env=env)
+        assert r.returncode == 2 and r.stderr.strip() == line, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_conformance_tests_take_a_scheme_from_the_search_path(own_dir):
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
                         "tests/test_schemes.py", "-k", "tilt"], cwd=ROOT, capture_output=True, text=True,

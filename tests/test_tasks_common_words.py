@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 from task_examples import examples, questions
 
-from pe_bench.config import ConfigError, TaskConfig, compose
+from pe_bench.config import ConfigError, compose
+from pe_bench.tasks import options as task_options
 from pe_bench.tasks import BOS, HELDOUT_BUCKETS, SEP, SYMBOL0, TaskLengthError, build_task
 
 NAME = "common_words"
 
 
 def task(**options):
-    return build_task(TaskConfig(name=NAME, **options))
+    return build_task(task_options(NAME, **options))
 
 
 def show(tokens: list[int], flags: list[bool]) -> str:

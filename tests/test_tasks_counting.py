@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 from task_examples import check_heldout_never_trained, examples
 
-from pe_bench.config import ConfigError, TaskConfig, compose
+from pe_bench.config import ConfigError, compose
+from pe_bench.tasks import options as task_options
 from pe_bench.tasks import BOS, DIGIT0, SEP, SYMBOL0, TaskLengthError, build_task
 
 NAME = "counting"
 
 
 def task(**options):
-    return build_task(TaskConfig(name=NAME, **{"symbols": 10, **options}))  # configs/task/counting.yaml's alphabet
+    return build_task(task_options(NAME, **{"symbols": 10, **options}))  # configs/task/counting.yaml's alphabet
 
 
 def show(tokens: list[int], flags: list[bool]) -> str:

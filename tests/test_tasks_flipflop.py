@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from task_examples import check_heldout_never_trained, examples
 
-from pe_bench.config import ConfigError, TaskConfig, compose
+from pe_bench.config import ConfigError, compose
+from pe_bench.tasks import options as task_options
 from pe_bench.tasks import BOS, DIGIT0, PAD, SYMBOL0, build_task
 
 WRITE, IGNORE, READ = SYMBOL0, SYMBOL0 + 1, SYMBOL0 + 2
@@ -16,7 +17,7 @@ WRITE, IGNORE, READ = SYMBOL0, SYMBOL0 + 1, SYMBOL0 + 2
 
 def sequences(p: float, n: int = 129, count: int = 32) -> list[tuple[list[int], list[bool]]]:
     """(tokens, scored flags) of held-out examples at length n, without the padding (an odd n leaves one token)."""
-    b = build_task(TaskConfig(name="flipflop", ignore_prob=p)).heldout_set(n, count)
+    b = build_task(task_options("flipflop", ignore_prob=p)).heldout_set(n, count)
     out = []
     for i in range(count):
         tokens, scored = [int(b.x[i, 0])] + b.y[i].tolist(), [False] + b.mask[i].tolist()
@@ -69,7 +70,7 @@ def show(tokens: list[int], flags: list[bool]) -> str:
 
 
 def test_pinned_examples():
-    t = build_task(TaskConfig(name="flipflop"))
+    t = build_task(task_options("flipflop"))
     assert [show(*e) for e in examples(t.heldout_set(32, 2))] == [
         "B w1 i1 i1 i1 w0 r[0] i1 i0 i0 i1 i1 i0 i0 i0 r[0] r[0]",
         "B w0 i1 r[0] i0 r[0] i1 w0 i1 i0 r[0] i0 i1 i0 i1 i1 r[0]",
@@ -83,7 +84,7 @@ def test_pinned_examples():
 def test_heldout_sequences_never_appear_in_training():
     """Sequences of 5 instructions (a few hundred): training draws almost all of its own, never a held-out one; the
     held-out ones hash to bucket 0."""
-    t = build_task(TaskConfig(name="flipflop", ignore_prob=0.4, train_lengths="fixed"))
+    t = build_task(task_options("flipflop", ignore_prob=0.4, train_lengths="fixed"))
     n = 10
     assert t.max_size(n) == 5
 
@@ -95,7 +96,7 @@ def test_heldout_sequences_never_appear_in_training():
 
 @pytest.mark.parametrize("n", [32, 64, 256])
 def test_heldout_examples_fill_their_length_and_chance_is_a_guessed_bit_per_read(n):
-    t = build_task(TaskConfig(name="flipflop"))
+    t = build_task(task_options("flipflop"))
     assert t.max_size(n) == n // 2 and t.filled_length(n) == n  # BOS + 2 tokens per instruction = n + 1
     b = t.heldout_set(n, 64)
     reads = []
@@ -135,9 +136,9 @@ def test_a_run_is_also_scored_on_sparse_and_dense_sequences_as_their_own_rows(tm
     assert len(set(rows["heldout"])) == 12  # other examples for every density and length
     acc = collect_accuracy([run])
     chance = acc.df.set_index(["task", "L_eval"])["chance"]
-    dense = build_task(TaskConfig(name="flipflop", ignore_prob=0.1))
+    dense = build_task(task_options("flipflop", ignore_prob=0.1))
     assert chance[("flipflop[ignore_prob=0.1]", 64)] == dense.chance(64)
-    assert chance[("flipflop", 64)] == build_task(TaskConfig(name="flipflop")).chance(64)
+    assert chance[("flipflop", 64)] == build_task(task_options("flipflop")).chance(64)
     run.meta_path.write_text(json.dumps({**run.meta().to_json(), "status": "diverged", "diverged_step": 3}))
     diverged = collect_accuracy([run]).df
     assert sorted(set(diverged["task"])) == sorted(set(rows["task"])) and set(diverged["status"]) == {"diverged"}

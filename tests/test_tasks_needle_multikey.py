@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 from task_examples import check_heldout_never_trained, examples, show
 
-from pe_bench.config import ConfigError, TaskConfig, compose
+from pe_bench.config import ConfigError, compose
+from pe_bench.tasks import options as task_options
 from pe_bench.tasks import BOS, DIGIT0, MARK, SEP, SYMBOL0, build_task
 
 NAME = "needle_multikey"
 
 
 def task(**options):
-    return build_task(TaskConfig(name=NAME, **options))
+    return build_task(task_options(NAME, **options))
 
 
 def test_pinned_examples():

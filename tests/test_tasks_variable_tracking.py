@@ -8,14 +8,15 @@ import pytest
 import task_examples
 from task_examples import check_heldout_never_trained, examples
 
-from pe_bench.config import ConfigError, TaskConfig, compose
+from pe_bench.config import ConfigError, compose
+from pe_bench.tasks import options as task_options
 from pe_bench.tasks import BOS, DIGIT0, MARK, SEP, SYMBOL0, build_task
 
 NAME = "variable_tracking"
 
 
 def task(**options):
-    return build_task(TaskConfig(name=NAME, **options))
+    return build_task(task_options(NAME, **options))
 
 
 def show(tokens: list[int], flags: list[bool], symbols: int = 16) -> str:

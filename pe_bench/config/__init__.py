@@ -7,6 +7,7 @@ value of the wrong type, an unknown scheme or preset) becomes one :class:`Config
 - ``schema``: the dataclasses (one per group), the choices of string keys, the presets' directory;
 - ``typed``: plain values into a dataclass schema, problems as one line;
 - ``scheme_options``: a scheme's options typed by its own ``Options`` and built once for the model's shape;
+- ``task_options``: a task's options typed by its own ``Options``;
 - ``validate``: a raw config checked whole; ``lengths``: a run's eval lengths;
 - ``compose``: Hydra composition, overrides on a saved config, YAML in and out.
 """
@@ -22,11 +23,11 @@ from pe_bench.config.scheme_options import (SchemeSpec, check_scheme, fixed_opti
 from pe_bench.config.typed import omegaconf_message
 from pe_bench.config.validate import validate
 from pe_bench.errors import ConfigError
-from pe_bench.tasks import TaskConfig
+from pe_bench.config.task_options import task_options
 
 __all__ = ["CHOICES", "DATA_READS", "EVAL_MODES", "GROUPS", "AttentionConfig", "Config", "ConfigError", "DataConfig",
-           "EvalConfig", "FinetuneConfig", "LoggerConfig", "ModelConfig", "SchemeSpec", "SplitFiles", "TaskConfig",
-           "TrainConfig", "apply_overrides", "check_override_words", "check_scheme", "compose", "config_dir",
+           "EvalConfig", "FinetuneConfig", "LoggerConfig", "ModelConfig", "SchemeSpec", "SplitFiles", "TrainConfig",
+           "apply_overrides", "check_override_words", "check_scheme", "compose", "config_dir",
            "eval_lengths", "finetune_parent", "fixed_option_changes", "from_yaml", "hydra_quoted", "model_shape",
            "omegaconf_message", "preset_dirs", "preset_names", "preset_path", "reference_length", "run_lengths",
-           "scheme_spec", "to_dict", "to_yaml", "validate", "with_options"]
+           "scheme_spec", "task_options", "to_dict", "to_yaml", "validate", "with_options"]

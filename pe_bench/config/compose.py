@@ -46,6 +46,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (), scheme: bool = True) ->
         overrides.append(f"train={task.recipe}")  # a synthetic task trains with its recipe (configs/train/task.yaml)
     if task is not None and task.model and "model" not in chosen:
         overrides.append(f"model={task.model}")
+    # task.* is an open node (its keys are the chosen task's, pe_bench.config.task_options): a key its preset does not
+    # list is added, not refused by Hydra as new
+    overrides = [f"++{o}" if o.startswith("task.") else o for o in overrides]
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
             raw = hydra_compose(config_name="config", overrides=overrides + _search_path())
@@ -193,6 +196,7 @@ def apply_overrides(cfg: Config, overrides: list[str], allowed: tuple[str, ...] 
 
     raw = OmegaConf.structured(cfg)
     OmegaConf.set_struct(raw, False)
+    raw.task = OmegaConf.create(dataclasses.asdict(cfg.task))  # an open node: its keys depend on the task chosen
     check_override_words(list(overrides), "eval")
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     for o in parsed:
@@ -203,9 +207,9 @@ def apply_overrides(cfg: Config, overrides: list[str], allowed: tuple[str, ...] 
         if key in GROUPS:
             _check_group_choices([f"{key}={value}"])
             preset = OmegaConf.load(preset_path(key, value))
-            current = getattr(cfg, key)  # a typed group takes the preset through its schema
-            raw[key] = OmegaConf.merge(structured(type(current)), preset) if dataclasses.is_dataclass(current) \
-                else preset
+            current = getattr(cfg, key)  # a typed group takes the preset through its schema (a task: its own)
+            typed_group = dataclasses.is_dataclass(current) and key != "task"
+            raw[key] = OmegaConf.merge(structured(type(current)), preset) if typed_group else preset
         else:
             try:
                 OmegaConf.update(raw, key, value, merge=True)

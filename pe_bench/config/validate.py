@@ -14,11 +14,12 @@ from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, LOCAL_FILES
                                     LOGGER_READS, Config, DataConfig, EvalConfig, FinetuneConfig, LoggerConfig,
                                     TrainConfig, preset_names, preset_path)
 from pe_bench.config.scheme_options import check_scheme, check_scheme_name
+from pe_bench.config.task_options import task_options
 from pe_bench.config.typed import omegaconf_message, structured
 from pe_bench.errors import ConfigError
 from pe_bench.ranges import fmt, range_problem
 from pe_bench import tasks
-from pe_bench.tasks import TASK_READS, SyntheticTask, TaskConfig, check_lengths
+from pe_bench.tasks import SyntheticTask, check_lengths
 
 
 def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
@@ -34,8 +35,7 @@ def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as e:
         raise ConfigError(omegaconf_message(e, "", Config)) from None
-    if cfg.task.name in tasks.CLASHES:
-        tasks.get(cfg.task.name)  # the one line naming both definitions
+    cfg.task = task_options(cfg.task)
     for dotted, allowed in CHOICES.items():
         group, key = dotted.split(".")
         value = getattr(getattr(cfg, group), key)
@@ -48,7 +48,6 @@ def validate(raw: DictConfig | dict[str, Any], scheme: bool = True) -> Config:
         raise ConfigError(f"eval.modes=[] is empty: list at least one of {', '.join(EVAL_MODES)}")
     _check_relations(cfg)
     _check_data_reads(cfg.data)
-    _check_task_reads(cfg.task)
     _check_logger_reads(cfg.logger)
     if scheme:
         check_scheme(cfg)
@@ -100,20 +99,6 @@ def _check_relations(cfg: Config) -> None:
             raise ConfigError(f"eval.ratios has {fmt(short[0])}, an eval length of round({fmt(short[0])} × "
                               f"train.seq_len={t.seq_len}) = 0 tokens; use ratios >= {fmt(0.5 / t.seq_len)} "
                               "or eval.lengths=[...]")
-
-
-def _check_task_reads(t: TaskConfig) -> None:
-    """Every task key set away from its default must be read by the chosen task (see TASK_READS)."""
-    default = TaskConfig()
-    for f in dataclasses.fields(TaskConfig):
-        if f.name == "name" or f.name in TASK_READS[t.name] or getattr(t, f.name) == getattr(default, f.name):
-            continue
-        readers = [n for n, keys in TASK_READS.items() if f.name in keys]
-        raise ConfigError(f"task.{f.name}={fmt(getattr(t, f.name))} is not read by task={t.name}; it is an option of "
-                          f"{', '.join(f'task={n}' for n in readers)}")
-    problem = tasks.get(t.name).options_problem(tasks.options_of(t))
-    if problem:
-        raise ConfigError(problem)
 
 
 def _check_logger_reads(lg: LoggerConfig) -> None:

@@ -3,9 +3,9 @@ subclass with its ``Options``), so a new file plus configs/task/<name>.yaml is a
 checks, the identity, the trainer, the evaluators and the report read the task through ``get(name)``. Plugin
 modules (pe_bench.plugins: a directory on PE_BENCH_PATH, or an installed package's entry point) count the same.
 
-The task keys of a config (``task.KEY``) are one flat table, ``TaskConfig``: the union of every task's options,
-each key declared once (tasks sharing a key declare the same default). A key the chosen task does not read must stay
-at its default (pe_bench.config refuses it otherwise, naming the tasks that read it).
+The task keys of a config (``task.KEY``) are the chosen task's own ``Options`` (a dataclass, as a scheme's): two
+tasks may give one key different defaults. pe_bench.config types them (``task_options``); a config saved when every
+task carried every task's key reads the same, each key the task does not read dropped at a default it had then.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-import typing
 from typing import Any
 
 import numpy as np
@@ -99,40 +98,28 @@ def get(name: str) -> type[Task]:
                           f"{plugins.problems_said()}") from None
 
 
-def _flat_fields() -> list[tuple[str, Any, dataclasses.Field]]:
-    """Every task's option fields, each key once (the keys of the first tasks in their order, then the others in
-    the order the tasks declare them); a key two tasks declare differently is a programming error."""
-    out: dict[str, tuple[str, Any, dataclasses.Field]] = {}
-    for task in registry().values():
-        hints = typing.get_type_hints(task.Options)
-        for f in dataclasses.fields(task.Options):
-            spec = (f.name, hints[f.name], dataclasses.field(default=f.default, metadata=f.metadata))
-            if f.name in out and (out[f.name][1] != spec[1] or out[f.name][2].default != f.default):
-                raise TypeError(f"task option {f.name!r} is declared with another type or default by task "
-                                f"{task.name!r} than by an earlier task")
-            out.setdefault(f.name, spec)
-    first = ["name", *LEGACY_IDENTITY]
-    return sorted(out.values(), key=lambda spec: first.index(spec[0]) if spec[0] in first else len(first))
+def options(name: str, **values: Any) -> TaskOptions:
+    """The task's own Options with these values, unchecked (``pe_bench.config.task_options`` types and checks them)."""
+    return get(name).Options(name=name, **values)
 
 
-TaskConfig = dataclasses.make_dataclass("TaskConfig", _flat_fields())
-TaskConfig.__module__ = __name__
-TaskConfig.__doc__ = ("The task keys of a config: the chosen task's name and the union of every task's options "
-                      "(pe_bench/tasks/<name>.py); keys the chosen task does not read stay at their defaults.")
-# task name → the keys it reads (besides its name)
-TASK_READS: dict[str, set[str]] = {name: {f.name for f in dataclasses.fields(t.Options)} - {"name"}
-                                   for name, t in registry().items()}
+def declaring(key: str) -> list[str]:
+    """The tasks whose options include ``key``, in name order."""
+    return [name for name, t in registry().items() if key in {f.name for f in dataclasses.fields(t.Options)}]
 
 
-def options_of(cfg: Any) -> TaskOptions:
-    """The chosen task's own typed Options from the flat task keys of a config."""
-    task = get(cfg.name)
-    return task.Options(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(task.Options)})
+def is_old_default(key: str, value: Any) -> bool:
+    """Whether ``value`` is a default some task gives ``key`` (or the one LEGACY_IDENTITY records): what a config saved
+    with every task's keys holds for a key its task does not read."""
+    defaults = [f.default for name in declaring(key) for f in dataclasses.fields(get(name).Options) if f.name == key]
+    if key in LEGACY_IDENTITY:
+        defaults.append(LEGACY_IDENTITY[key])
+    return any(type(value) is type(d) and value == d for d in defaults)
 
 
-def build_task(cfg: Any, text: dict[str, np.ndarray] | None = None) -> SyntheticTask:
+def build_task(cfg: TaskOptions, text: dict[str, np.ndarray] | None = None) -> SyntheticTask:
     """The example generator of a synthetic task (``text``: the corpus's token splits, for a task that reads it).
-    ``cfg``: the flat task keys of a config, or the task's own Options (a task reads only its own keys)."""
+    ``cfg``: the task's Options."""
     task = get(cfg.name)
     if not issubclass(task, SyntheticTask):
         raise ConfigError(f"task={cfg.name} is not a synthetic task; choose one of: "
@@ -140,17 +127,17 @@ def build_task(cfg: Any, text: dict[str, np.ndarray] | None = None) -> Synthetic
     return task(cfg, text)
 
 
-def _without_text(cfg: Any) -> SyntheticTask:
+def _without_text(cfg: TaskOptions) -> SyntheticTask:
     """The task for checks that need no corpus (a text filler stands in as a one-token split)."""
     return build_task(cfg, {"train": np.zeros(1), "validation": np.zeros(1)})
 
 
-def min_length(cfg: Any) -> int:
+def min_length(cfg: TaskOptions) -> int:
     """The shortest input one example of the task fits in (its smallest size)."""
     return _without_text(cfg).min_length()
 
 
-def check_lengths(cfg: Any, train_len: int, lengths: list[int]) -> None:
+def check_lengths(cfg: TaskOptions, train_len: int, lengths: list[int]) -> None:
     """One ConfigError line for lengths the task cannot run as asked: an L or eval length too short for one example,
     a length the task's own limits refuse, two eval lengths that give the same examples."""
     task = _without_text(cfg)
@@ -175,26 +162,21 @@ def check_lengths(cfg: Any, train_len: int, lengths: list[int]) -> None:
         seen[size] = n
 
 
-def identity(cfg: Any) -> dict[str, Any] | None:
-    """The task's part of a run's identity (None: none) from the flat task keys of a config: the keys the task reads,
-    the keys of LEGACY_IDENTITY, and any other key away from its default (a config validation refuses; an unknown
-    task: all its keys)."""
-    keys = dataclasses.asdict(cfg)
-    task = registry().get(cfg.name)
-    if task is None:
-        return keys
-    default = dataclasses.asdict(TaskConfig())
-    kept = {"name", *TASK_READS[cfg.name], *LEGACY_IDENTITY}
-    return task.identity({k: v for k, v in keys.items() if k in kept or v != default[k]})
+def identity(options: TaskOptions) -> dict[str, Any] | None:
+    """The task's part of a run's identity (None: none): its options, and the keys of LEGACY_IDENTITY it does not
+    read at their values of that time (so that the names of runs made when every task had every key stand)."""
+    task = registry().get(options.name)
+    keys = {**LEGACY_IDENTITY, **dataclasses.asdict(options)}
+    return keys if task is None else task.identity(keys)
 
 
-def reads_corpus(cfg: Any) -> bool:
+def reads_corpus(cfg: TaskOptions) -> bool:
     """Whether the task of a config reads its corpus (data.*); an unknown task: as if it did."""
     task = registry().get(cfg.name)
-    return task is None or task.reads_corpus(options_of(cfg))
+    return task is None or task.reads_corpus(cfg)
 
 
-def run_prefix(cfg: Any, scheme: str, model: str, data: str) -> str:
+def run_prefix(cfg: TaskOptions, scheme: str, model: str, data: str) -> str:
     """The readable start of the name of a run of this task (an unknown task: ``<task>-<scheme>-<model>``)."""
     task = registry().get(cfg.name)
     return (task or Task).run_prefix(cfg, scheme, model, data)
@@ -208,7 +190,7 @@ def __getattr__(attr: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
-__all__ = ["BOS", "DEFAULT", "DIGIT0", "EVAL_SEED", "HELDOUT_BUCKETS", "MARK", "PAD", "SEP", "SYMBOL0", "TASK_READS",
-           "Batch", "SyntheticOptions", "SyntheticTask", "Task", "TaskConfig", "TaskData", "TaskLengthError",
-           "TaskOptions", "batch_rng", "build_task", "check_lengths", "get", "identity", "min_length", "names",
-           "options_of", "origin", "reads_corpus", "registry", "run_prefix"]
+__all__ = ["BOS", "DEFAULT", "DIGIT0", "EVAL_SEED", "HELDOUT_BUCKETS", "LEGACY_IDENTITY", "MARK", "PAD", "SEP", "SYMBOL0",
+           "Batch", "SyntheticOptions", "SyntheticTask", "Task", "TaskData", "TaskLengthError",
+           "TaskOptions", "batch_rng", "build_task", "check_lengths", "declaring", "get", "identity", "is_old_default",
+           "min_length", "names", "options", "origin", "reads_corpus", "registry", "run_prefix"]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from pe_bench.ranges import ranged
+from pe_bench.ranges import chosen, ranged
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: the config checks use this module without it
     import torch
@@ -60,7 +60,7 @@ class SyntheticOptions(TaskOptions):
     (uniform), with that bound growing linearly from the smallest size to L's over the first curriculum_fraction of
     the steps (curriculum), or always filling L (fixed). Examples shorter than L are padded at the end."""
 
-    train_lengths: str = "uniform"  # uniform | curriculum | fixed
+    train_lengths: str = chosen("uniform", "curriculum", "fixed")
     curriculum_fraction: float = ranged(0.5, gt=0, le=1)
     eval_examples: int = ranged(100, ge=1)  # held-out examples per eval length (passkey: per length × depth)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pe_bench.errors import ConfigError
-from pe_bench.ranges import ranged
+from pe_bench.ranges import chosen, ranged
 from pe_bench.tasks.base import (
     BOS,
     DIGIT0,
@@ -26,7 +26,7 @@ from pe_bench.tasks.base import (
 class PasskeyOptions(SyntheticOptions):
     symbols: int = ranged(16, ge=2, le=MAX_SYMBOLS)  # the filler alphabet (filler=random)
     key_digits: int = ranged(5, ge=1)  # digits of the key
-    filler: str = "random"  # random (symbols) | text (bytes of the data split: data.* picks the corpus)
+    filler: str = chosen("random", "text")  # random: symbols; text: bytes of the data split (data.* picks the corpus)
     depths: int = ranged(11, ge=1)  # evaluated depths, evenly spaced in [0, 1] (11: 10 % steps)
 
 
