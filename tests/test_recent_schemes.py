@@ -377,6 +377,26 @@ def test_stick_breaking_weights_by_hand():
     assert w[3].item() == pytest.approx(s(7.0)) and w[2].item() == pytest.approx(s(2) * (1 - s(7.0)), rel=1e-5)
 
 
+@pytest.mark.parametrize("attend_current", [False, True])
+@pytest.mark.parametrize("remainder", [True, False])
+def test_stick_breaking_evaluates_the_weights_it_trains_with(attend_current, remainder):
+    """Outside autograd the weights are computed in place with exp as exp2 (no slow path where far keys underflow):
+    the autograd path's weights to 1e-5 (and 2e-6 absolute: the remainder, 1 − Σ_j A_ij, carries the rounding of a
+    sum of weights <= 1), on logits wide enough that far keys underflow, for a block of query rows against its causal
+    prefix; future keys get exactly 0."""
+    from pe_bench.schemes.stickbreaking import StickBreaking, StickBreakingOptions
+
+    sb = StickBreaking(StickBreakingOptions(attend_current=attend_current, remainder=remainder), shape())
+    q_pos, k_pos = torch.arange(60, 70), torch.arange(70)
+    future = k_pos[None, :] > q_pos[:, None]
+    logits = (8 * torch.randn(2, 3, 10, 70, generator=torch.Generator().manual_seed(4))).masked_fill(future, -math.inf)
+    trained = sb.attention_weights(logits.clone().requires_grad_(), q_pos, k_pos, 0).detach()
+    with torch.no_grad():
+        evaluated = sb.attention_weights(logits.clone(), q_pos, k_pos, 0)
+    torch.testing.assert_close(evaluated, trained, rtol=1e-5, atol=2e-6)
+    assert (evaluated[..., future] == 0).all()
+
+
 def official_stick_breaking(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attend_current: bool) -> torch.Tensor:
     """The authors' reference (shawntan/stickbreaking-attention, sb_ref.stickbreaking and tests/test_attn.ref_fwd),
     restated: ln β masked to 0 and ln z to −1e5 outside the visible keys, the reversed cumulative sum as a product
@@ -673,6 +693,56 @@ def test_path_logits_equal_the_official_reference_and_the_householder_products_b
         P = P @ (torch.eye(8) - beta[0, 1, t] * torch.outer(w[0, 1, t], w[0, 1, t]))
     assert got[0, 1, 7, 2].item() == pytest.approx((q[0, 1, 7] @ P @ k[0, 1, 2]).item(), rel=1e-4, abs=1e-5)
     torch.testing.assert_close(got[..., range(10), range(10)], (q * k).sum(-1))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 64, 100, 150])
+def test_path_by_blocks_of_rows_equals_the_explicit_logits(rows):
+    """Outside autograd PaTH's logits come by blocks of query rows (the UT/WY form of each block's transforms, the
+    earlier keys carried through them): the explicit O(T²) logits to 1e-5 of their largest, for blocks that divide
+    T = 150 and blocks that do not, a block asked for out of order, and the whole at once."""
+    from pe_bench.schemes.path import PathRows, path_logits
+
+    g = torch.Generator().manual_seed(3)
+    q, k = torch.randn(2, 3, 150, 8, generator=g), torch.randn(2, 3, 150, 8, generator=g)
+    w = torch.nn.functional.normalize(torch.randn(2, 3, 150, 8, generator=g), dim=-1)
+    beta = 2 * torch.rand(2, 3, 150, generator=g)
+    want = ((path_logits(q, k, w, beta) - q @ k.transpose(-1, -2)) / 8 ** 0.5).tril()
+    tol = 1e-5 * want.abs().max().item()
+    got = torch.zeros_like(want)
+    with torch.no_grad():
+        by_rows = PathRows(q, k, w, beta)
+        for i in range(0, 150, rows):
+            j = min(150, i + rows)
+            got[..., i:j, :j] = by_rows.block(i, j)
+        torch.testing.assert_close(got.tril(), want, rtol=0, atol=tol)
+        torch.testing.assert_close(PathRows(q, k, w, beta).full().tril(), want, rtol=0, atol=tol)
+        torch.testing.assert_close(PathRows(q, k, w, beta).block(70, 90).tril(70), want[..., 70:90, :90], rtol=0,
+                                   atol=tol)
+
+
+@pytest.mark.parametrize("scheme", ["path", "pope", "fox", "stickbreaking", "dape", "fire"])
+@pytest.mark.parametrize("rows", [1, 7, 16, 40])
+def test_a_model_evaluated_by_blocks_of_query_rows_gives_the_numbers_it_trains_with(scheme, rows, monkeypatch):
+    """The 2025 schemes (and FIRE) at evaluation go by blocks of query rows (a bias or the weights by rows, PaTH's
+    transforms in the UT/WY form by chunks): a model's logits with the budgets set so that each block holds ``rows``
+    rows — blocks that divide T = 80 and blocks that do not — equal its logits under autograd (the whole form) to
+    1e-5. PaTH's chunk is set to ``rows`` too."""
+    from pe_bench.build import build_model
+    from pe_bench.model import attention
+    from pe_bench.schemes import path
+
+    B, H, T = 2, 2, 80
+    monkeypatch.setattr(attention, "MASK_BUDGET", rows * B * H * T * 4)
+    monkeypatch.setattr(attention, "EXPLICIT_BUDGET", rows * H * T * 4)
+    monkeypatch.setattr(path, "PATH_ROWS", rows)
+    cfg = compose([f"scheme={scheme}", "model.n_layers=2", "model.d_model=32", f"model.n_heads={H}"])
+    torch.manual_seed(0)
+    model = build_model(cfg, vocab_size=64)
+    x = torch.randint(0, 64, (B, T), generator=torch.Generator().manual_seed(1))
+    trained = model(x).detach()
+    with torch.no_grad():
+        evaluated = model(x)
+    torch.testing.assert_close(evaluated, trained, rtol=1e-5, atol=1e-5)
 
 
 def test_path_transforms_are_unit_and_causal():

@@ -59,3 +59,26 @@ def test_dape_uses_the_base_bias_of_the_layer_being_computed():
             h = w1 @ torch.cat([logits, bias]) + b1
             expected = bias + w2 @ torch.where(h > 0, h, 0.01 * h) + b2
             torch.testing.assert_close(terms[0, :, i, j], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("base", ["alibi", "kerple_log", "t5", "fire"])
+def test_dape_evaluates_the_same_terms_without_the_feature_copy(base):
+    """Outside autograd the MLP's first matrix is applied by its logit and bias halves across heads (no
+    (B, Tq, Tk, 2H) copy): the terms it trains with, to 1e-5, for a batch and a block of query rows."""
+    torch.manual_seed(0)
+    s = DAPE(DAPEOptions(base=base), ModelShape(d_model=32, n_heads=4, head_dim=8, train_seq_len=8, n_layers=2))
+    g = torch.Generator().manual_seed(2)
+    q, k = torch.randn(3, 4, 5, 8, generator=g), torch.randn(3, 4, 12, 8, generator=g)
+    q_pos, k_pos = torch.arange(7, 12), torch.arange(12)
+    trained = s.score_terms(q, k, q_pos, k_pos, 1)
+    assert trained.requires_grad
+    with torch.no_grad():
+        evaluated = s.score_terms(q, k, q_pos, k_pos, 1)
+    torch.testing.assert_close(evaluated, trained.detach(), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # a part kept from the last call is not reused once the weights moved (a training step)
+        s.mlps[1][0].weight.add_(0.1)
+        for p in s.base.parameters():
+            p.add_(0.1)
+        moved = s.score_terms(q, k, q_pos, k_pos, 1)
+    torch.testing.assert_close(moved, s.score_terms(q, k, q_pos, k_pos, 1).detach(), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(moved, evaluated)

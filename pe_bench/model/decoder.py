@@ -90,7 +90,7 @@ class CausalSelfAttention(nn.Module):
         extra = scheme.input_bias(x, layer)
         terms = scheme.token_terms(x, q, k, layer)
         if terms is not None:  # PaTH: logits from the tokens and q, k together, added like a data-dependent bias
-            extra = terms if extra is None else whole(extra) + terms
+            extra = terms if extra is None else whole(extra) + whole(terms)
         if extra is not None:  # a bias computed from the tokens (FoX): a mask for this layer (by blocks: RowBias)
             mask = with_input_bias(mask, extra, positions)
         if backend == "flex":

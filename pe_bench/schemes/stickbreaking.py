@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from pe_bench.schemes.base import Scheme
+from pe_bench.schemes.base import Scheme, lean_inference
 
 
 @dataclass
@@ -43,6 +43,8 @@ class StickBreaking(Scheme):
 
     def attention_weights(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
                           layer: int) -> torch.Tensor:
+        if lean_inference():
+            return self._weights_in_place(logits, q_pos, k_pos)
         if not self.options.attend_current:
             logits = logits.masked_fill(k_pos[None, :] >= q_pos[:, None], float("-inf"))
         # masked keys: ln σ(−∞) = −∞ (no weight of their own), ln σ(+∞) = 0 (they break nothing)
@@ -53,3 +55,21 @@ class StickBreaking(Scheme):
             own = (k_pos[None, :] == q_pos[:, None]).to(weights.dtype)  # (Tq, Tk): the query's own key
             weights = weights + (1 - weights.sum(-1, keepdim=True)) * own
         return weights
+
+    def _weights_in_place(self, logits: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+        """The same weights outside autograd (logits: (B, H, Tq, Tk), overwritten): in place where nothing keeps the
+        inputs, ln σ(z) as z + ln σ(−z) (one transcendental a pair instead of two), and e^x as 2^(x·log₂e) — the CPU's
+        exp is about ten times slower where many arguments underflow (the far keys of a long row), exp2 is not. The
+        weights equal the autograd path's to about 1e-6 relative (tested to 1e-5)."""
+        if not self.options.attend_current:
+            logits.masked_fill_(k_pos[None, :] >= q_pos[:, None], float("-inf"))
+        log_rest = F.logsigmoid(-logits)
+        after = log_rest.flip(-1).cumsum(-1).flip(-1).sub_(log_rest)  # Σ_{k>j} ln(1 − β_ik)
+        weights = logits.add_(log_rest).add_(after).mul_(LOG2E).exp2_()  # exp(ln σ(z_ij) + after)
+        if self.options.remainder:
+            rows, cols = (k_pos[None, :] == q_pos[:, None]).nonzero(as_tuple=True)  # each query's own key
+            weights[..., rows, cols] += 1 - weights.sum(-1)[..., rows]
+        return weights
+
+
+LOG2E = 1.4426950408889634  # log₂ e: e^x = 2^(x·log₂ e)
