@@ -421,42 +421,95 @@ def _save(fig, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Task runs: accuracy vs eval length, and the passkey heatmap
 # ---------------------------------------------------------------------------------------------------------------
-def accuracy_figure(df: pd.DataFrame, title: str = ""):
-    """One panel per (task, L): exact match (%, mean over seeds, depths pooled; min–max band over seeds) vs eval
-    length on a log2 axis, one line per row; cells without a number (n/a, diverged) are gaps."""
-    from pe_bench.report.accuracy import per_seed
+ACCURACY_COLUMNS = 4  # panels a row of the accuracy figures
 
-    d = per_seed(df)
-    d = d[d["status"] == "ok"]
-    if d.empty:
+
+def accuracy_figure(df: pd.DataFrame, title: str = "", labels: list[str] | None = None):
+    """One panel per (task, L): exact match (%, mean over seeds, depths pooled) vs eval length on a log2 axis with
+    its 95 % band (Wilson over examples with one seed, t over seeds with several), one line per row of ``labels``
+    (None: the rows as trained, without their variants); cells without a number (n/a, diverged) are gaps. One
+    legend for the whole figure, below the panels."""
+    from pe_bench.report.accuracy import cells
+
+    names = sorted(set(df["label"])) if labels is None else labels
+    if labels is None:
+        names = [n for n in names if n == base_name(n)]
+    d = df[df["label"].isin(names)]
+    panels_ = [(t, int(L)) for t in sorted(d["task"].unique()) for L in sorted(d[d["task"] == t]["L_train"].unique())]
+    if not panels_:
         return None
-    cells = list(dict.fromkeys(zip(d["task"], d["L_train"].astype(int))))
-    fig, axes = _figure(len(cells), 1)
-    for (task, L), row in zip(cells, axes):
-        ax = row[0]
-        c = d[(d["task"] == task) & (d["L_train"] == L)]
-        for name in dict.fromkeys(c.sort_values("label", kind="stable")["label"]):
-            g = c[c["label"] == name].groupby("L_eval")["value"]
-            m, lo, hi = g.mean() * 100, g.min() * 100, g.max() * 100
-            _draw(ax, name, m.index.to_numpy(), m.to_numpy(), (lo.to_numpy(), hi.to_numpy()) if
-                  c[c["label"] == name]["seed"].nunique() > 1 else None)
-        _mark_L(ax, int(L))
+    fig, axes = _panel_grid(len(panels_))
+    for (task, L), ax in zip(panels_, axes.flat):
+        c = cells(d, task)
+        c = c[c["L_train"] == L]
+        for name in [n for n in names if n in set(c["label"])]:
+            g = c[(c["label"] == name) & (c["status"] == "ok")].sort_values("L_eval")
+            x = g["L_eval"].to_numpy()
+            _draw(ax, name, x, 100 * g["mean"].to_numpy(), (100 * g["lo"].to_numpy(), 100 * g["hi"].to_numpy()))
+        _mark_L(ax, L)
         ax.set_xscale("log", base=2)
         lengths = sorted(c["L_eval"].unique())
-        ax.set_xticks(lengths, [str(int(n)) for n in lengths])
+        ax.set_xticks(lengths, [str(int(n)) for n in lengths], fontsize=7)
         ax.minorticks_off()
         ax.set_ylim(-3, 103)
-        ax.set_xlabel("evaluation length (tokens)")
-        ax.set_ylabel("exact match (%)")
-        ax.set_title(f"{task} — trained at L = {L}", fontsize=10)
+        ax.set_title(f"{task} (L = {L})", fontsize=9)
         ax.grid(alpha=0.3)
-    _legends(axes)
-    fig.suptitle(title or "accuracy vs evaluation length", fontsize=11)
+    for ax in list(axes.flat)[len(panels_):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("exact match (%)", fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("evaluation length (tokens)", fontsize=8)
+    _figure_legend(fig, axes)
+    head = f"{title}: exact match vs evaluation length" if title else "exact match vs evaluation length"
+    fig.suptitle("\n".join(x for x in (head, _key(names).strip(), "bands: 95 % interval") if x), fontsize=10)
     return fig
 
 
-def plot_accuracy(df: pd.DataFrame, path: Path, title: str = "") -> Path | None:
-    return _save_figure(accuracy_figure(df, title), path)
+def _panel_grid(n: int):
+    """A headless figure of n small panels, ACCURACY_COLUMNS a row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(ACCURACY_COLUMNS, n)
+    rows = -(-n // cols)
+    return plt.subplots(rows, cols, figsize=(3.4 * cols + 0.4, 2.7 * rows + 1.6), dpi=110, squeeze=False,
+                        sharey=True, layout="constrained")
+
+
+def _figure_legend(fig, axes) -> None:
+    """One legend for every panel of the figure, below them: each row once, then the training length(s)."""
+    seen: dict[str, Any] = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    labels = sorted(seen, key=lambda lab: lab.startswith("L = "))
+    fig.legend([seen[lab] for lab in labels], labels, loc="outside lower center", ncols=min(5, len(labels)),
+               fontsize=8, handlelength=4.0, frameon=False)
+
+
+def variant_families(df: pd.DataFrame) -> dict[str, list[str]]:
+    """Base scheme → its rows (the scheme first, then its variants) for every base scheme that has variants."""
+    names = sorted(set(df["label"]))
+    out = {}
+    for base in sorted({base_name(n) for n in names}):
+        mine = [n for n in names if base_name(n) == base]
+        if any(n != base for n in mine):
+            out[base] = sorted(mine, key=lambda n: (n != base, n))
+    return out
+
+
+def plot_accuracy(df: pd.DataFrame, path: Path, title: str = "") -> list[Path]:
+    """accuracy_vs_length.png (the rows as trained) and accuracy_vs_length_<scheme>.png for each scheme with
+    variants (the scheme and its variants) beside ``path``."""
+    written = [_save_figure(accuracy_figure(df, title), path)]
+    for base, names in variant_families(df).items():
+        written.append(_save_figure(accuracy_figure(df, f"{title + ': ' if title else ''}{base} and its variants",
+                                                    names),
+                                    path.with_name(f"{path.stem}_{base}{path.suffix}")))
+    return [p for p in written if p is not None]
 
 
 def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
@@ -507,6 +560,99 @@ def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
         fig.colorbar(image, ax=axes, shrink=0.8, label="exact match (%)")
     fig.suptitle(title or "passkey retrieval: exact match by context length × depth (L outlined)", fontsize=11)
     return fig
+
+
+def leaderboard_order(board: pd.DataFrame) -> list[tuple[str, int]]:
+    """The rows (scheme, L) of a leaderboard in the figure's order: by the mean over the tasks where the row has an
+    effective length of log2(effective length / L), highest first (rows with none last, then by name)."""
+    ok = board[board["status"] == "ok"]
+    score = (np.log2(ok["effective_length"].astype(float) / ok["L"].astype(float))
+             .groupby([ok["scheme"], ok["L"]]).mean())
+    rows = list(dict.fromkeys(zip(board["scheme"], board["L"].astype(int))))
+    return sorted(rows, key=lambda r: (-score.get(r, -math.inf), r[0], r[1]))
+
+
+def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, title: str = ""):
+    """Schemes × tasks coloured by the effective length (log2 of it over L: L … ≥ 8L), each cell labelled; hatched
+    where the row is not learnt at L, grey where it has no number; rows in :func:`leaderboard_order`. ``beside``
+    (pe_bench.report.leaderboard.perplexity_columns): the perplexity longest/L and the gain past L as the last
+    columns, in their own colours."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    from pe_bench.report.accuracy import NOT_LEARNT
+
+    if board.empty:
+        return None
+    rows, tasks = leaderboard_order(board), sorted(board["task"].unique())
+    extra = [c for c in (beside.columns if beside is not None else []) if c.startswith(("perplexity", "gain"))]
+    size = (0.62 * (len(tasks) + len(extra)) + 5.2, 0.3 * len(rows) + 2.6)
+    if extra:
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=size, dpi=110, width_ratios=[len(tasks), len(extra)],
+                                     layout="constrained")
+    else:
+        fig, ax = plt.subplots(figsize=size, dpi=110, layout="constrained")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e3e3e3")
+    grid = np.full((len(rows), len(tasks)), np.nan)
+    for (i, (scheme, L)), (j, task) in ((a, b) for a in enumerate(rows) for b in enumerate(tasks)):
+        r = board[(board["scheme"] == scheme) & (board["L"] == L) & (board["task"] == task)]
+        if r.empty:
+            continue
+        r = r.iloc[0]
+        if r["status"] == "ok":
+            grid[i, j] = math.log2(float(r["effective_length"]) / L)
+            top = float(r["effective_length"]) == float(r["longest_evaluated"])
+            ratio = float(r["effective_length"]) / L
+            ax.text(j, i, ("≥ " if top else "") + ("L" if ratio == 1 else f"{ratio:g}L"), ha="center", va="center",
+                    fontsize=6.5, color="white" if grid[i, j] < 1.8 else "black")
+        elif r["status"] == NOT_LEARNT:
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="#9a9a9a", lw=0))
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=3, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=40, ha="right", fontsize=7.5)
+    run = board.groupby(["scheme", "L"])["task"].nunique()
+    several_L = board["L"].nunique() > 1
+    ax.set_yticks(range(len(rows)), [f"{s}{f' (L={L})' if several_L else ''}  [{run[(s, L)]} of {len(tasks)}]"
+                                     for s, L in rows], fontsize=7.5)
+    bar = fig.colorbar(image, ax=ax, location="top", shrink=0.35, aspect=30, pad=0.01, ticks=[0, 1, 2, 3])
+    bar.ax.set_xticklabels(["L", "2L", "4L", "8L"], fontsize=7)
+    bar.set_label("effective length (relative)", fontsize=8)
+    if extra:
+        _beside_columns(bx, rows, beside, extra, TwoSlopeNorm)
+    fig.suptitle(f"{title + ': ' if title else ''}effective length by task\nrows: by the mean log2(effective length "
+                 "/ L) over the tasks where the row has one ([n of m]: tasks run); hatched: not learnt at L; grey: not "
+                 "run", fontsize=9)
+    return fig
+
+
+def _beside_columns(ax, rows: list[tuple[str, int]], beside: pd.DataFrame | None, extra: list[str], norm) -> None:
+    """The perplexity longest/L (coloured around 1: red above, blue below) and the gain past L (coloured around 0)
+    of each row, labelled; blank where the row has no language-model run."""
+    import matplotlib
+
+    ax.set_xticks(range(len(extra)), [c.replace(" (", "\n(") for c in extra], rotation=40, ha="right", fontsize=7)
+    ax.set_yticks([])
+    ax.set_xlim(-0.5, max(1, len(extra)) - 0.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    cmap = matplotlib.colormaps["RdBu_r"]
+    for j, c in enumerate(extra):
+        centre, span = (1.0, 1.0) if c.startswith("perplexity") else (0.0, 1.0)
+        for i, (scheme, _L) in enumerate(rows):
+            v = beside[c].get(scheme) if beside is not None and scheme in beside.index else None
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(v):
+                continue
+            level = float(norm(vmin=centre - span, vcenter=centre, vmax=centre + span)(min(max(v, centre - span),
+                                                                                         centre + span)))
+            ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, color=cmap(level), lw=0))
+            ax.text(j, i, f"{v:.2f}" if c.startswith("perplexity") else f"{v:+.2f}", ha="center", va="center",
+                    fontsize=6.5, color="white" if abs(level - 0.5) > 0.35 else "black")
+
+
+def plot_leaderboard(board: pd.DataFrame, path: Path, beside: pd.DataFrame | None = None,
+                     title: str = "") -> Path | None:
+    return _save_figure(leaderboard_figure(board, beside, title), path)
 
 
 def plot_passkey_heatmap(df: pd.DataFrame, path: Path, title: str = "") -> Path | None:

@@ -16,7 +16,7 @@ from pe_bench.report.collect import Accuracy, Collected
 from pe_bench.report.extension import extension_table, write_extension
 from pe_bench.report.files import replace_together
 from pe_bench.report.headroom import write_headroom
-from pe_bench.report.leaderboard import write_leaderboard_files
+from pe_bench.report.leaderboard import leaderboard, write_leaderboard_files
 from pe_bench.report.perplexity import MODES, write_table_files
 
 
@@ -48,7 +48,8 @@ def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = Tr
                           beside: pd.DataFrame | None = None) -> list[Path]:
     """accuracy_long.csv (every row), accuracy.csv (wide: task × metric × row), accuracy.md, leaderboard.csv/.md
     (``beside``: columns by scheme next to its effective lengths, e.g. perplexity), and with matplotlib
-    accuracy_vs_length.png and passkey_heatmap.png (when a task was evaluated by depth); all or nothing replaced."""
+    leaderboard.png, accuracy_vs_length.png (the rows as trained; _<scheme>.png: a scheme and its variants) and
+    passkey_heatmap.png (when a task was evaluated by depth); all or nothing replaced."""
     return replace_together(out, lambda staging: accuracy_files(acc, staging, title, plots, beside))
 
 
@@ -57,7 +58,8 @@ def accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool, beside: pd.
     df, written = write_accuracy_files(acc, out, title)
     written += write_leaderboard_files(df, out, title, beside)
     if draw:
-        written.append(figures.plot_accuracy(df, out / "accuracy_vs_length.png", title))
+        written.append(figures.plot_leaderboard(leaderboard(df), out / "leaderboard.png", beside, title))
+        written += figures.plot_accuracy(df, out / "accuracy_vs_length.png", title)
         if (df["depth"] != "").any():  # a task evaluated by depth (passkey)
             written.append(figures.plot_passkey_heatmap(df, out / "passkey_heatmap.png", title))
     return [p for p in written if p is not None]

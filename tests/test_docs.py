@@ -119,3 +119,47 @@ def test_the_citing_page_cites_only_what_the_registries_declare():
     assert "arXiv:2108.12409" in ids
     assert {i for i in ids if i not in declared} == set()
     assert all(f"`{name}`" in page for name in schemes.available())
+
+
+# The README's leaderboard sentences: each fragment as the README writes it, the leaderboard.md summary cells
+# (scheme row, column) it quotes, and the value they hold there.
+PPL = "perplexity 8L/L (L=64)"
+HEADLINE_QUOTES = [
+    ("8L/L `dape` 0.971, `fox` 0.972, `cope` 0.978, `alibi` 0.983, `path` 0.995",
+     [(s, PPL, v) for s, v in (("dape", "0.971"), ("fox", "0.972"), ("cope", "0.978"), ("alibi", "0.983"),
+                               ("path", "0.995"))]),
+    ("from `dape` L [L, L] and `alibi` L [L, 2L] through `fox` 2L [2L, 2L] to `cope` ≥ 8L [≥ 8L, ≥ 8L] and `path` ≥ 8L "
+     "[≥ 8L, ≥ 8L]", [("dape", "passkey", "L [L, L]"), ("alibi", "passkey", "L [L, 2L]"), ("fox", "passkey", "2L [2L, 2L]"),
+                      ("cope", "passkey", "≥ 8L [≥ 8L, ≥ 8L]"), ("path", "passkey", "≥ 8L [≥ 8L, ≥ 8L]")]),
+    ("`alibi` keeps the multi-key needle to ≥ 8L [≥ 8L, ≥ 8L] but copy, counting and reverse only to L [L, L]",
+     [("alibi", "needle_multikey", "≥ 8L [≥ 8L, ≥ 8L]"), ("alibi", "copy", "L [L, L]"), ("alibi", "counting", "L [L, L]"),
+      ("alibi", "reverse", "L [L, L]")]),
+    ("`nope` (8L/L 1.743) holds the multi-key needle to 4L [4L, ≥ 8L] and `rope` (2.065) to 2L [2L, 2L], while "
+     "`rope+streaming`, flat at 0.972, holds it to L [L, L]",
+     [("nope", PPL, "1.743"), ("nope", "needle_multikey", "4L [4L, ≥ 8L]"), ("rope", PPL, "2.065"),
+      ("rope", "needle_multikey", "2L [2L, 2L]"), ("rope+streaming", PPL, "0.972"),
+      ("rope+streaming", "needle_multikey", "L [L, L]")]),
+]
+
+
+def summary_cells(md: str) -> dict[tuple[str, str], str]:
+    """(scheme row, column) → cell of leaderboard.md's first summary table (the relative effective length)."""
+    table = md.split("**Effective length (absolute)**")[0]
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    head = cells[0]
+    return {(row[0], col): value for row in cells[1:] for col, value in zip(head, row)}
+
+
+def test_the_readmes_leaderboard_sentences_quote_the_committed_leaderboard():
+    """The three sentences under the leaderboard figure quote results/leaderboard/leaderboard.md, which `pe-bench
+    report` writes: each fragment is in the README and each number or cell it quotes is the file's, so a report
+    written again with other numbers, or prose edited alone, fails here."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "![effective length by scheme and task" in readme and "(results/leaderboard/leaderboard.png)" in readme
+    assert (ROOT / "results" / "leaderboard" / "leaderboard.png").stat().st_size > 10_000
+    cells = summary_cells((ROOT / "results" / "leaderboard" / "leaderboard.md").read_text())
+    for fragment, quoted in HEADLINE_QUOTES:
+        assert fragment in readme, fragment
+        for scheme, column, value in quoted:
+            assert cells[(scheme, column)] == value, (scheme, column, cells[(scheme, column)], value)

@@ -146,3 +146,52 @@ def test_an_evaluation_variant_is_learnt_at_L_when_its_task_is():
                rows("nope", [200, 0, 0, 0], task="flipflop"), rows("nope", [100, 0, 0, 0], task="flipflop[ignore_prob=0.1]"))
     t = accuracy_table(df, "flipflop[ignore_prob=0.1]")
     assert t.loc[("rope", 32), "64"].startswith("10.0") and t.loc[("nope", 32), "64"] == NOT_LEARNT
+
+
+def test_the_absolute_effective_length_is_where_exact_match_stays_at_or_above_85_percent():
+    """RULER's convention beside the relative one: a row at 99 % falling to 88 % at 2L and 80 % at 4L is 2L in
+    absolute terms although 80 % is still ≥ 80 % of 99 % (relative 4L); a row at 87 % at L is not learnt at L (no
+    relative length) but has an absolute one (L); a row at 84 % at L is `< L`. Both are defined in one sentence above
+    their summary table."""
+    df = frame(rows("alibi", [396, 352, 320, 10]), rows("rope", [348, 20, 0, 0]), rows("nope", [336, 0, 0, 0]))
+    b = leaderboard(df).set_index("scheme")
+    assert effective_cell(b.loc["alibi"]) == "4L [2L, 4L]"
+    assert b.loc["alibi", "absolute_length"] == 64 and b.loc["alibi", "absolute_ratio"] == 2
+    assert effective_cell(b.loc["alibi"], "absolute").startswith("2L [")
+    assert b.loc["rope", "status"] == NOT_LEARNT and effective_cell(b.loc["rope"], "absolute").startswith("L [")
+    assert effective_cell(b.loc["nope"], "absolute").startswith("< L [")
+    md = leaderboard_markdown(leaderboard(df), "t")
+    relative, absolute = md.index("**Effective length (relative)**"), md.index("**Effective length (absolute)**")
+    assert relative < md.index("| alibi | 32 | 4L [2L, 4L] |") < absolute < md.index("| alibi | 32 | 2L [")
+    assert "85 %" in md[absolute:absolute + 200]
+
+
+def test_the_leaderboard_figure_orders_rows_by_their_mean_log2_effective_length(tmp_path):
+    """leaderboard.png: rows by the mean log2(effective length / L) over the tasks where they have one (≥ 8L on
+    both tasks first; a row not learnt anywhere last), written with the perplexity and gain columns beside it."""
+    from pe_bench.plots import leaderboard_order, plot_leaderboard
+
+    df = frame(rows("alibi", [396, 380, 200, 10]), rows("alibi", [396, 396, 396, 396], task="passkey"),
+               rows("t5", [400, 400, 399, 398]), rows("t5", [400, 400, 399, 398], task="passkey"),
+               rows("rope", [300, 10, 0, 0]), rows("rope", [300, 0, 0, 0], task="passkey"))
+    board = leaderboard(df)
+    assert leaderboard_order(board) == [("t5", 32), ("alibi", 32), ("rope", 32)]  # 3, (1 + 3) / 2, none
+    beside = pd.DataFrame({"perplexity 8L/L (L=64)": [0.98, 2.1], "gain past L (L=64)": [0.011, "—"]},
+                          index=pd.Index(["alibi", "rope"], name="scheme"))
+    path = plot_leaderboard(board, tmp_path / "leaderboard.png", beside, "t")
+    assert path is not None and path.stat().st_size > 10_000
+
+
+def test_the_task_figures_draw_the_schemes_as_trained_and_each_schemes_variants_apart(tmp_path):
+    """accuracy_vs_length.png holds the rows as trained; accuracy_vs_length_<scheme>.png a scheme and its variants
+    (here rope with rope+yarn×8), one legend per figure."""
+    from pe_bench.plots import accuracy_figure, plot_accuracy, variant_families
+
+    df = frame(rows("rope", [396, 100, 0, 0]), rows("rope+yarn×8", [396, 300, 200, 100]),
+               rows("alibi", [396, 380, 200, 10]), rows("alibi", [396, 396, 396, 396], task="passkey"))
+    assert variant_families(df) == {"rope": ["rope", "rope+yarn×8"]}
+    fig = accuracy_figure(df)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["alibi", "rope", "L = 32 (training length)"] and all(not a.get_legend() for a in fig.axes)
+    written = plot_accuracy(df, tmp_path / "accuracy_vs_length.png")
+    assert [p.name for p in written] == ["accuracy_vs_length.png", "accuracy_vs_length_rope.png"]

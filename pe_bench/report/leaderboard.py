@@ -4,7 +4,10 @@ and the task's trivial baseline (SyntheticTask.trivial_baseline: the most freque
 candidate the context offers) — (RULER's "effective context length", Hsieh et al. 2024, relative to the model's own
 accuracy at L rather than to a fixed score).
 
-Its 95 % range comes from the cells' intervals: the lower end is the longest length up to which every cell's lower
+Beside it, the absolute effective length (RULER's own convention): the longest evaluated length up to which exact
+match stays at or above ``ABSOLUTE_THRESHOLD`` (and above the floor), whatever the row's accuracy at L.
+
+Each range comes from the cells' intervals: the lower end is the longest length up to which every cell's lower
 bound qualifies, the upper end the same with the upper bounds. A length past which nothing was evaluated is written
 ``≥ n``: the row may hold on further. A row not learnt at L (pe_bench.report.accuracy) has no effective length.
 """
@@ -19,12 +22,14 @@ import pandas as pd
 from pe_bench import markdown
 from pe_bench.report.accuracy import EFFECTIVE_FRACTION, LEARNT_AT_L, NOT_LEARNT, STATUS_TEXT, cells, not_learnt
 from pe_bench.report.collect import Collected
-from pe_bench.report.perplexity import comparison
+from pe_bench.report.perplexity import comparison, gain_mean, row_names
 from pe_bench.runs import atomic_write_text
 
 COLUMNS = ["task", "scheme", "L", "at_L", "at_L_lo", "at_L_hi", "effective_length", "effective_ratio",
            "effective_lo", "effective_hi", "longest_evaluated", "at_effective", "at_effective_lo", "at_effective_hi",
-           "chance_at_effective", "baseline_at_effective", "seeds", "interval", "status"]
+           "chance_at_effective", "baseline_at_effective", "absolute_length", "absolute_ratio", "absolute_lo",
+           "absolute_hi", "seeds", "interval", "status"]
+ABSOLUTE_THRESHOLD = 0.85  # the absolute effective length: exact match ≥ this (RULER's 85 %, Hsieh et al. 2024)
 
 
 def _longest(g: pd.DataFrame, value: str, target: float) -> int | None:
@@ -38,6 +43,15 @@ def _longest(g: pd.DataFrame, value: str, target: float) -> int | None:
     return best
 
 
+def _absolute(g: pd.DataFrame, L: int) -> dict:
+    """The absolute effective length of one row's cells (from L on) and its 95 % range: '' where even L falls short
+    (written ``< L``)."""
+    eff = _longest(g, "mean", ABSOLUTE_THRESHOLD)
+    lo, hi = _longest(g, "lo", ABSOLUTE_THRESHOLD), _longest(g, "hi", ABSOLUTE_THRESHOLD)
+    return {"absolute_length": eff or "", "absolute_ratio": round(eff / L, 4) if eff else "",
+            "absolute_lo": lo or "", "absolute_hi": hi or "", "longest_evaluated": int(g["L_eval"].max())}
+
+
 def _entry(task: str, label: str, L: int, g: pd.DataFrame) -> dict:
     """The leaderboard row of one (task, row, L) from its cells (sorted by L_eval, from L on)."""
     at = g[g["L_eval"] == L]
@@ -47,6 +61,8 @@ def _entry(task: str, label: str, L: int, g: pd.DataFrame) -> dict:
         return {**base, "status": "not evaluated at L"}
     r0 = at.iloc[0]
     base.update(at_L=r0["mean"], at_L_lo=r0["lo"], at_L_hi=r0["hi"])
+    if r0["status"] == "ok":
+        base.update(_absolute(g, L))
     if r0["status"] != "ok":
         return {**base, "status": STATUS_TEXT.get(r0["status"], "n/a")}
     if not_learnt(r0["at_L"]):
@@ -91,18 +107,20 @@ def _multiple(n, L: int, longest: int) -> str:
     return f"≥ {text}" if int(n) == int(longest) else text
 
 
-def effective_cell(r: pd.Series) -> str:
-    """'4L [2L, ≥ 8L]' (the effective length and its 95 % range, in multiples of L), or the row's status."""
-    if r["status"] != "ok":
+def effective_cell(r: pd.Series, view: str = "effective") -> str:
+    """'4L [2L, ≥ 8L]' (the effective length and its 95 % range, in multiples of L), or the row's status;
+    ``view="absolute"``: the absolute effective length, which a row not learnt at L has too."""
+    absolute = view == "absolute" and r["status"] in ("ok", NOT_LEARNT, "at chance at L") and pd.notna(r["at_L"])
+    if r["status"] != "ok" and not absolute:
         return r["status"]
     L, top = r["L"], r["longest_evaluated"]
-    return (f"{_multiple(r['effective_length'], L, top)} "
-            f"[{_multiple(r['effective_lo'], L, top)}, {_multiple(r['effective_hi'], L, top)}]")
+    return (f"{_multiple(r[f'{view}_length'], L, top)} "
+            f"[{_multiple(r[f'{view}_lo'], L, top)}, {_multiple(r[f'{view}_hi'], L, top)}]")
 
 
-def summary_table(board: pd.DataFrame) -> pd.DataFrame:
-    """Rows: scheme (and L); columns: tasks; cells: :func:`effective_cell`."""
-    board = board.assign(cell=[effective_cell(r) for _, r in board.iterrows()])
+def summary_table(board: pd.DataFrame, view: str = "effective") -> pd.DataFrame:
+    """Rows: scheme (and L); columns: tasks; cells: :func:`effective_cell` of ``view`` (effective | absolute)."""
+    board = board.assign(cell=[effective_cell(r, view) for _, r in board.iterrows()])
     t = board.pivot_table(index=["scheme", "L"], columns="task", values="cell", aggfunc="first", sort=True)
     return t.fillna("—")
 
@@ -138,22 +156,35 @@ def floor_lines(df: pd.DataFrame) -> dict[str, str]:
     return out
 
 
+RELATIVE_SENTENCE = (f"**Effective length (relative)**: the longest length up to which exact match stays at or above "
+                     f"{100 * EFFECTIVE_FRACTION:g} % of the row's own exact match at L and above the floor, in "
+                     "multiples of L (how far the row keeps what it learnt).")
+ABSOLUTE_SENTENCE = (f"**Effective length (absolute)**: the longest length up to which exact match stays at or above "
+                     f"{100 * ABSOLUTE_THRESHOLD:g} % (RULER's threshold) and above the floor, in multiples of L, `< L` "
+                     "where even L falls short — a row's own accuracy at L does not enter.")
+
+
 def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | None = None,
                          floors: dict[str, str] | None = None) -> str:
-    """leaderboard.md: the summary (schemes × tasks; ``extra``: more columns by scheme, e.g. perplexity), then
-    each task's details (``floors``: a line per task, :func:`floor_lines`)."""
-    t = summary_table(board)
-    if extra is not None:
-        t = t.join(extra, on="scheme").fillna("—")
-    md = [f"# {title}: effective length\n", "\n", markdown.table(["scheme", "L", *t.columns],
-                                                                 [[s, L, *row.tolist()] for (s, L), row in t.iterrows()])]
+    """leaderboard.md: the two summaries (schemes × tasks, the relative then the absolute effective length, each
+    defined in one sentence above it; ``extra``: more columns by scheme, e.g. perplexity), then each task's details
+    (``floors``: a line per task, :func:`floor_lines`)."""
+    md = [f"# {title}: effective length\n"]
+    for view, sentence in (("effective", RELATIVE_SENTENCE), ("absolute", ABSOLUTE_SENTENCE)):
+        t = summary_table(board, view)
+        if extra is not None:
+            t = t.join(extra, on="scheme").fillna("—")
+        md += ["\n", sentence, "\n\n", markdown.table(["scheme", "L", *t.columns],
+                                                     [[s, L, *row.tolist()] for (s, L), row in t.iterrows()])]
     for task, g in board.groupby("task", sort=True):
         rows = [[r["scheme"], r["L"], f"{_pct(r['at_L'])} [{_pct(r['at_L_lo'])}, {_pct(r['at_L_hi'])}]"
                  if r["status"] != "not evaluated at L" else "—", effective_cell(r),
                  "" if r["status"] != "ok" else f"{_pct(r['at_effective'])} [{_pct(r['at_effective_lo'])}, "
-                 f"{_pct(r['at_effective_hi'])}]", r["seeds"], r["interval"]] for _, r in g.iterrows()]
+                 f"{_pct(r['at_effective_hi'])}]", effective_cell(r, "absolute"), r["seeds"], r["interval"]]
+                for _, r in g.iterrows()]
         md += [f"\n\n## {task}\n\n", markdown.table(["scheme", "L", "exact match at L", "effective length",
-                                                     "exact match there", "seeds", "interval"], rows)]
+                                                     "exact match there", "absolute effective length", "seeds",
+                                                     "interval"], rows)]
         if floors is not None and task in floors:
             md.append(f"\n\n{floors[task]}")
     md.append(f"\n\n{LEGEND}\n")
@@ -173,13 +204,29 @@ def write_leaderboard_files(df: pd.DataFrame, out: Path, title: str,
 
 
 def perplexity_columns(col: Collected, split: str = "validation") -> pd.DataFrame | None:
-    """Beside the effective lengths: each scheme row's perplexity at the longest length over L (non-overlapping),
-    one column per training length of the language-model runs; None without perplexity rows."""
+    """Beside the effective lengths: each scheme row's perplexity at the longest length over L (non-overlapping) and
+    its context use there (gain past L: the loss past L minus the loss at [L/2, L), nats per token, the mean over
+    seeds; negative: the context past L helps), one column each per training length of the language-model runs;
+    None without perplexity rows."""
     t = comparison(col, "nonoverlapping", split)
     if t.empty:
         return None
     lengths = [int(c) for c in t.columns if str(c).isdigit()]
-    out = {}
+    d = col.df[(col.df["mode"] == "nonoverlapping") & (col.df["split"] == split)]
+    d = d.assign(row=row_names(d))
+    out: dict[str, dict] = {}
     for (scheme, L), row in t.iterrows():
-        out.setdefault(scheme, {})[f"perplexity {max(lengths) // L}L/L (L={L})"] = row["longest/L"]
+        longest = max(lengths)
+        out.setdefault(scheme, {})[perplexity_column(longest // L, L)] = row["longest/L"]
+        at = d[(d["row"] == scheme) & (d["L_train"] == L) & (d["L_eval"] == longest)]
+        gain = gain_mean(col, at, int(L), longest) if longest > L else math.nan
+        out[scheme][gain_column(L)] = "—" if math.isnan(gain) else round(gain, 3)
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("scheme")
+
+
+def perplexity_column(ratio: int, L: int) -> str:
+    return f"perplexity {ratio}L/L (L={L})"
+
+
+def gain_column(L: int) -> str:
+    return f"gain past L (L={L})"

@@ -108,8 +108,8 @@ def gain_cell(col: Collected, c: pd.DataFrame, start: int, end: int) -> str:
     nats per token, mean over seeds with its 95 % interval (t over seeds with ≥ 2, else the run's block bootstrap;
     none for one seed of a run whose context use comes from its position curve); '—' where a seed has no context
     row (a length not reached, or position buckets that do not fall on the range's edges)."""
-    g = context_of(col, c[c["status"] == "ok"], start, end)
-    if g.empty or len(g) != len(c) or (c["status"] != "ok").any():
+    g = _context_rows(col, c, start, end)
+    if g is None:
         return "—"
     values = g["gain"].to_numpy(float)
     if len(values) == 1:
@@ -120,6 +120,18 @@ def gain_cell(col: Collected, c: pd.DataFrame, start: int, end: int) -> str:
     if math.isnan(lo):  # one seed of an evaluation older than context.csv: from its position curve, no interval
         return f"{values.mean():+.3f}"
     return f"{values.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def _context_rows(col: Collected, c: pd.DataFrame, start: int, end: int) -> pd.DataFrame | None:
+    """The context rows of every seed of ``c`` (one length's rows of one table row), None unless each has one."""
+    g = context_of(col, c[c["status"] == "ok"], start, end)
+    return None if g.empty or len(g) != len(c) or (c["status"] != "ok").any() else g
+
+
+def gain_mean(col: Collected, c: pd.DataFrame, start: int, end: int) -> float:
+    """The number of :func:`gain_cell` (nats per token, the mean over seeds), NaN where it says '—'."""
+    g = _context_rows(col, c, start, end)
+    return math.nan if g is None else float(g["gain"].to_numpy(float).mean())
 
 
 def context_table(col: Collected, split: str = "validation") -> pd.DataFrame:
