@@ -597,11 +597,11 @@ def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, 
         fig, ax = plt.subplots(figsize=size, dpi=110, layout="constrained")
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e3e3e3")
     grid = np.full((len(rows), len(tasks)), np.nan)
+    at = {(r["scheme"], int(r["L"]), r["task"]): r for _, r in board.iterrows()}
     for (i, (scheme, L)), (j, task) in ((a, b) for a in enumerate(rows) for b in enumerate(tasks)):
-        r = board[(board["scheme"] == scheme) & (board["L"] == L) & (board["task"] == task)]
-        if r.empty:
+        r = at.get((scheme, L, task))
+        if r is None:
             continue
-        r = r.iloc[0]
         if r["status"] == "ok":
             grid[i, j] = math.log2(float(r["effective_length"]) / L)
             top = float(r["effective_length"]) == float(r["longest_evaluated"])

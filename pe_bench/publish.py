@@ -56,9 +56,10 @@ def write_accuracy_report(acc: Accuracy, out: Path, title: str, plots: bool = Tr
 def accuracy_files(acc: Accuracy, out: Path, title: str, draw: bool, beside: pd.DataFrame | None) -> list[Path]:
     """The accuracy tables, leaderboard and figures written into ``out`` as they are (see write_accuracy_report)."""
     df, written = write_accuracy_files(acc, out, title)
-    written += write_leaderboard_files(df, out, title, beside)
+    board = leaderboard(df)
+    written += write_leaderboard_files(df, board, out, title, beside)
     if draw:
-        written.append(figures.plot_leaderboard(leaderboard(df), out / "leaderboard.png", beside, title))
+        written.append(figures.plot_leaderboard(board, out / "leaderboard.png", beside, title))
         written += figures.plot_accuracy(df, out / "accuracy_vs_length.png", title)
         if (df["depth"] != "").any():  # a task evaluated by depth (passkey)
             written.append(figures.plot_passkey_heatmap(df, out / "passkey_heatmap.png", title))

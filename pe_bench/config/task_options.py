@@ -18,10 +18,8 @@ def task_options(values: Mapping[str, Any] | tasks.TaskOptions) -> tasks.TaskOpt
     a default some task gives it (a config saved when every task carried every task's key) and refused otherwise,
     naming the tasks that read it; types, declared ranges and choices, and the task's ``options_problem`` are checked."""
     values = dataclasses.asdict(values) if dataclasses.is_dataclass(values) else dict(values)
-    name = values.get("name", tasks.DEFAULT)
-    if not isinstance(name, str) or name in tasks.CLASHES or name not in tasks.names():
-        tasks.get(str(name))  # the one line: not a task (listing them), or defined twice
-    task = tasks.get(name)
+    name = str(values.get("name", tasks.DEFAULT))
+    task = tasks.get(name)  # or the one line: not a task (listing them), or defined twice
     own = [f.name for f in dataclasses.fields(task.Options)]
     for key in [k for k in values if k not in own]:
         value = values.pop(key)

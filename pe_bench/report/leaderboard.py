@@ -194,10 +194,10 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | 
     return "".join(md)
 
 
-def write_leaderboard_files(df: pd.DataFrame, out: Path, title: str,
+def write_leaderboard_files(df: pd.DataFrame, board: pd.DataFrame, out: Path, title: str,
                             extra: pd.DataFrame | None = None) -> list[Path]:
-    """leaderboard.csv (one row per task × scheme row) and leaderboard.md under ``out``."""
-    board = leaderboard(df)
+    """leaderboard.csv and leaderboard.md under ``out`` from ``board`` (:func:`leaderboard` of the accuracy rows
+    ``df``, which give each task's floors)."""
     atomic_write_text(out / "leaderboard.csv", board.to_csv(index=False))
     atomic_write_text(out / "leaderboard.md", leaderboard_markdown(board, title, extra, floor_lines(df)))
     return [out / "leaderboard.csv", out / "leaderboard.md"]

@@ -176,4 +176,4 @@ class PathRows(RowBias):
         return torch.cat([earlier, within], -1).mul_(self.scale)
 
 
-PATH_ROWS = 64  # query rows a block of ``PathRows.full`` (the UT transform's size)
+PATH_ROWS = 64  # query rows of one chunk of ``PathRows`` (the size of one UT transform)
