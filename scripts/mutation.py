@@ -86,6 +86,15 @@ GROUPS = [
                               "pe_bench/report/extension.py"),
           ("tests/test_report_leaderboard.py", "tests/test_task_report.py", "tests/test_report.py")),
     Group("data", ("pe_bench/data.py",), ("tests/test_data.py",)),
+    # The training-free methods outside the schemes (log-n temperature) and the position samplers of PoSE and the
+    # randomized-positions evaluation; rope.py's PI/NTK/YaRN scalings and NoPE's head scale are in the schemes group.
+    Group("training_free", ("pe_bench/model/decoder.py",), ("tests/test_recent_schemes.py", "tests/test_finetune.py",
+                                                            "tests/test_evaluate.py"),
+          tuple(f"pe_bench.model.decoder.x_{f}__mutmut_*" for f in ("logn_beyond", "pose_positions",
+                                                                    "random_positions"))),
+    # In-process tests only: tests/test_plugins*.py's end-to-end ones run the installed package in a new process,
+    # where no mutant is active.
+    Group("plugins", ("pe_bench/plugins.py",), ("tests/test_plugins_search.py",)),
     Group("markdown", ("pe_bench/markdown.py",), ("tests/test_markdown.py", "tests/test_report_readers.py")),
     Group("report", ("pe_bench/report/collect.py", "pe_bench/report/labels.py", "pe_bench/report/files.py",
                      "pe_bench/report/perplexity.py"), ("tests/test_report_readers.py", "tests/test_report.py"),
@@ -110,9 +119,9 @@ def prepare(group: Group) -> Path:
             shutil.rmtree(work / d)
     for d in ("pe_bench", "configs", "tests"):
         shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
-    # The committed default runs and their report: tests check the runs' names and rebuild the tables from them.
-    shutil.copytree(ROOT / "results" / "default", work / "results" / "default",
-                    ignore=shutil.ignore_patterns("*.png"))
+    # The committed runs and their reports: tests check the runs' names and rebuild the tables from them.
+    for d in ("default", "tasks", "leaderboard"):
+        shutil.copytree(ROOT / "results" / d, work / "results" / d, ignore=shutil.ignore_patterns("*.png", "*.pt"))
     settings = {
         "source_paths": ["pe_bench"],
         "also_copy": ["configs", "results"],

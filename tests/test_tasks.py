@@ -465,3 +465,62 @@ def test_every_tasks_held_out_examples_are_pinned_so_committed_accuracies_stay_c
             for a in (batch.x, batch.y, batch.mask):
                 h.update(a.numpy().tobytes())
         assert h.hexdigest()[:16] == expected, name
+
+
+STREAMS_SHA = {  # sha256 (first 16 hex digits) of what a run of each task trains and is judged on beyond the
+    # held-out set: its development examples and trivial baseline per depth at 2L, two training batches (a quarter of
+    # the way through training and at its end), its eval variants' held-out examples, and its lengths
+    ("addition",): "a3b91dce6f01c810", ("assoc_recall",): "ebe9cd6e2b2fa8b7", ("common_words",): "35dc42f3051f1269",
+    ("copy",): "d2a8dfc6787da0ac", ("counting",): "21801bf8f0c0e147", ("flipflop",): "759dff13e89a0c8c",
+    ("needle_multikey",): "3e50c3a5c3756b3b", ("needle_multivalue",): "d7b2f75fd79938bd",
+    ("passkey",): "9ae2e60b86bf166c", ("reverse",): "23c3e9ff39968a2d", ("variable_tracking",): "31e90b2d7539035c",
+    ("copy", "task.train_lengths=curriculum"): "176c0433b8cacb57", ("copy", "task.train_lengths=fixed"): "4372192d647328fc"}
+
+
+def _streams_sha(name: str, *more: str) -> str:
+    import hashlib
+
+    import torch
+
+    from pe_bench import tasks
+    from pe_bench.config import compose
+    from pe_bench.tasks.base import batch_rng
+
+    cfg = compose([f"task={name}", *more], scheme=False)
+    task, L, h = tasks.build_task(cfg.task), cfg.train.seq_len, hashlib.sha256()
+
+    def add(batch) -> None:
+        for a in (batch.x, batch.y, batch.mask):
+            h.update(a.numpy().tobytes())
+
+    for depth in task.eval_depths():
+        add(task.dev_set(2 * L, 8, depth))
+        h.update(repr(task.trivial_baseline(2 * L, 32, depth)).encode())
+    rng = batch_rng(torch.Generator().manual_seed(0))
+    for progress in (0.25, 1.0):
+        add(task.train_batch(rng, 4, L, progress))
+    for label, variant in task.eval_variants():
+        h.update(label.encode())
+        add(variant.heldout_set(2 * L, 4, variant.eval_depths()[0]))
+    h.update(repr((task.min_length(), task.filled_length(L), task.filled_length(2 * L))).encode())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize("spec", list(STREAMS_SHA), ids=lambda s: "-".join(s))
+def test_every_tasks_training_batches_development_set_and_trivial_baseline_are_pinned(spec):
+    """As the held-out sets: a change to how a task draws its training batches, its development examples or its
+    trivial baseline changes what committed runs trained on or the floor the leaderboard judged them against."""
+    assert _streams_sha(*spec) == STREAMS_SHA[spec]
+
+
+def test_development_examples_are_never_test_examples_even_where_the_two_often_coincide():
+    from pe_bench import tasks
+    from pe_bench.config import compose
+    from pe_bench.tasks.base import _example_key
+
+    task = tasks.build_task(compose(["task=copy", "task.symbols=2"], scheme=False).task)
+    n = 13  # copies of 6 binary symbols: 8 of the first 12 fresh draws repeat a test example
+    test, dev = task.heldout_set(n, 12), task.dev_set(n, 12)
+    keys = {_example_key(x, y) for x, y in zip(test.x.numpy(), test.y.numpy())}
+    assert len(dev.x) == 12 and all(_example_key(x, y) not in keys for x, y in zip(dev.x.numpy(), dev.y.numpy()))
+    assert dev.x.dtype == torch.int64 and dev.x.shape == test.x.shape == (12, n)
