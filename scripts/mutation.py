@@ -80,8 +80,11 @@ GROUPS = [
           ("pe_bench.runs.directory.x_check_checkpoint__mutmut_*", "pe_bench.runs.naming.x_checkpoint_identity__mutmut_*",
            "pe_bench.train.xǁHealthǁ*", "pe_bench.train.xǁDivergedǁ*"),
           ("-k", "diverg or finite or checkpoint or resum or refused or edited or other_data or crash")),
-    Group("tasks", ("pe_bench/tasks/*.py",), tuple(sorted(str(p.relative_to(ROOT))
-                                                          for p in (ROOT / "tests").glob("test_tasks*.py")))),
+    # Each task's generator and the shared machinery; the registry (tasks/__init__.py), reached by every task test,
+    # has its own fast tests.
+    Group("tasks", ("pe_bench/tasks/[a-z]*.py",), tuple(sorted(str(p.relative_to(ROOT))
+                                                               for p in (ROOT / "tests").glob("test_tasks*.py")))),
+    Group("task_registry", ("pe_bench/tasks/__init__.py",), ("tests/test_tasks_registry.py",)),
     Group("accuracy_report", ("pe_bench/report/accuracy.py", "pe_bench/report/leaderboard.py",
                               "pe_bench/report/extension.py"),
           ("tests/test_report_leaderboard.py", "tests/test_task_report.py", "tests/test_report.py")),
