@@ -239,13 +239,19 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
                        **({"reason": reason} if reason else {})})
     for m in modules.values():
         m["score"] = round(m["killed"] / max(1, m["mutants"] - m["equivalent"]), 4)
-    stale = [e for i, e in enumerate(equivalent) if i not in used and any(
-        e["function"].startswith(mod + ".") for mod in modules)]
+    stale = [e for i, e in enumerate(equivalent) if i not in used and any(_in_module(e["function"], mod)
+                                                                           for mod in modules)]
     return {"group": group.name, "files": group.files, "functions": group.functions, "tests": group.tests,
             "pytest_args": NOT_SLOW + list(group.pytest_args), "seconds": round(seconds), "modules": modules,
             "killed": sorted((n for n, c in codes.items() if c in KILLED), key=_natural),
             "timeouts": sorted((n for n, c in codes.items() if c in TIMEOUTS), key=_natural),
             "not_killed": listed, "stale_equivalents": stale}
+
+
+def _in_module(function: str, module: str) -> bool:
+    """Whether ``function`` (module.f or module.Class.method) is defined in ``module`` itself, not a submodule."""
+    rest = function[len(module) + 1:] if function.startswith(module + ".") else ""
+    return bool(rest) and (rest.count(".") == 0 or (rest.count(".") == 1 and rest[0].isupper()))
 
 
 def _natural(name: str) -> tuple:

@@ -602,13 +602,16 @@ def test_a_run_loads_a_corpus_for_the_language_model_and_a_generator_for_a_synth
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
 
 
-def test_passkey_on_text_reads_the_corpus_as_bytes_and_refuses_splits_too_short_for_its_filler(tmp_path):
-    cfg = compose(["task=passkey", "task.filler=text", f"cache_dir={tmp_path}"])
+def test_passkey_on_text_reads_the_corpus_as_bytes_and_refuses_splits_too_short_for_its_filler(tmp_path,
+                                                                                              monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(["task=passkey", "task.filler=text", f"cache_dir={tmp_path / 'cache'}"])
     loaded = data.load_task_data(cfg)
-    assert loaded.fingerprint == load_tokens(cfg.data, tmp_path).fingerprint != ""
+    assert loaded.fingerprint == load_tokens(cfg.data, tmp_path / "cache").fingerprint != ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # tokenized into the configured cache only
     with pytest.raises(ConfigError, match="task.filler=text reads the corpus as bytes: use data.tokenizer=byte"):
         data.load_task_data(compose(["task=passkey", "task.filler=text", "data.tokenizer=bpe",
-                                     "data.vocab_size=300", f"cache_dir={tmp_path}"]))
+                                     "data.vocab_size=257", f"cache_dir={tmp_path / 'cache'}"]))  # one token past
     task, longest = loaded.task, max(run_lengths(cfg))
     train, valid = task.max_size(cfg.train.seq_len) + 1, task.max_size(longest) + 1
     data._check_filler(task, cfg, {"train": np.zeros(train), "validation": np.zeros(valid)})  # just enough

@@ -140,3 +140,20 @@ def test_a_module_without_a_file_is_named_by_its_module_name():
     import pe_bench.tasks.copy as module
 
     assert tasks._file(module) == module.__file__
+
+
+def test_a_key_no_task_reads_any_more_keeps_its_recorded_default(monkeypatch):
+    monkeypatch.setitem(tasks.LEGACY_IDENTITY, "retired_option", 3)
+    assert tasks.declaring("retired_option") == []
+    assert tasks.is_old_default("retired_option", 3) and not tasks.is_old_default("retired_option", 4)
+    assert tasks.declaring("needle_keys") == ["needle_multikey"] and "needle_keys" not in tasks.LEGACY_IDENTITY
+    default = tasks.options("needle_multikey").needle_keys
+    assert tasks.is_old_default("needle_keys", default) and not tasks.is_old_default("needle_keys", default + 1)
+
+
+def test_a_task_may_drop_keys_from_its_identity_and_names_its_runs():
+    assert "abacus" not in tasks.identity(tasks.options("addition"))  # addition without Abacus: the old identity
+    assert tasks.identity(tasks.options("addition", abacus=True))["abacus"] is True
+    assert tasks.run_prefix(tasks.options("copy"), "rope", "tiny", "shakespeare") == "copy-rope-tiny"
+    assert tasks.run_prefix(tasks.TaskOptions(name="gone"), "alibi", "small", "x") == "gone-alibi-small"
+    assert tasks.run_prefix(tasks.options("lm"), "rope", "tiny", "shakespeare") == "rope-tiny-shakespeare"
