@@ -146,7 +146,8 @@ def test_a_key_no_task_reads_any_more_keeps_its_recorded_default(monkeypatch):
     monkeypatch.setitem(tasks.LEGACY_IDENTITY, "retired_option", 3)
     assert tasks.declaring("retired_option") == []
     assert tasks.is_old_default("retired_option", 3) and not tasks.is_old_default("retired_option", 4)
-    assert tasks.declaring("needle_keys") == ["needle_multikey"] and "needle_keys" not in tasks.LEGACY_IDENTITY
+    assert tasks.declaring("needle_keys") == ["needle_multikey", "needle_multivalue"]
+    assert "needle_keys" not in tasks.LEGACY_IDENTITY
     default = tasks.options("needle_multikey").needle_keys
     assert tasks.is_old_default("needle_keys", default) and not tasks.is_old_default("needle_keys", default + 1)
 
