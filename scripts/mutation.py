@@ -62,6 +62,22 @@ class Group:
     pytest_args: tuple[str, ...] = ()
 
 
+def _functions_except(pattern: str, skip: tuple[str, ...]) -> tuple[str, ...]:
+    """Mutant-name globs of every function and method in the files matching ``pattern`` but those in ``skip``
+    ("f" or "Class.method")."""
+    out = []
+    for path in sorted(ROOT.glob(pattern)):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            methods = [(node.name, m.name) for m in node.body if isinstance(m, ast.FunctionDef)] \
+                if isinstance(node, ast.ClassDef) else [(None, node.name)] if isinstance(node, ast.FunctionDef) else []
+            for cls, name in methods:
+                if (f"{cls}.{name}" if cls else name) not in skip:
+                    out.append(f"{module}.xǁ{cls}ǁ{name}__mutmut_*" if cls else f"{module}.x_{name}__mutmut_*")
+    return tuple(out)
+
+
 # The scheme tests, and tests/test_schemes_<module>.py: each scheme's math against an independent computation, and
 # its FlexAttention score_mod evaluated eagerly against the explicit scores (compiling flex on a CPU is too slow to
 # run once per mutant; tests/test_backends.py compiles it once per scheme).
@@ -83,8 +99,13 @@ GROUPS = [
     # Each task's generator and the shared machinery; the registry (tasks/__init__.py), reached by every task test,
     # has its own fast tests.
     Group("tasks", ("pe_bench/tasks/[a-z]*.py",), tuple(sorted(str(p.relative_to(ROOT))
-                                                               for p in (ROOT / "tests").glob("test_tasks*.py")))),
+                                                               for p in (ROOT / "tests").glob("test_tasks*.py"))),
+          _functions_except("pe_bench/tasks/[a-z]*.py", ("SyntheticTask.min_length", "SyntheticTask.__init__"))),
     Group("task_registry", ("pe_bench/tasks/__init__.py",), ("tests/test_tasks_registry.py",)),
+    # Every task test reaches these (a task's construction, its shortest length): each mutant would run them all, and
+    # one that loops forever would run until 50× their time; the tests of the sizes themselves decide them.
+    Group("task_lengths", ("pe_bench/tasks/base.py",), ("tests/test_tasks_options.py",),
+          ("pe_bench.tasks.base.xǁSyntheticTaskǁmin_length__mutmut_*", "pe_bench.tasks.base.xǁSyntheticTaskǁ__init____mutmut_*")),
     Group("accuracy_report", ("pe_bench/report/accuracy.py", "pe_bench/report/leaderboard.py",
                               "pe_bench/report/extension.py"),
           ("tests/test_report_leaderboard.py", "tests/test_task_report.py", "tests/test_report.py")),
