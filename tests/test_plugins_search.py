@@ -150,7 +150,8 @@ def test_entry_points_come_after_the_search_path_sorted_and_a_dead_one_is_left_o
                                 "is not an importable module (left out; reinstall the package that declares it)"]
     assert plugins.problems_said() == "; " + plugins.PROBLEMS[0]
     assert plugins.modules("tasks") == ()
-    assert plugins.load(found[2]) is sys.modules["tiltplugin.tilt"]  # imported by its name (relative imports work)
+    loaded = plugins.load(found[2])
+    assert loaded is sys.modules["tiltplugin.tilt"] is sys.modules["tiltplugin"].tilt  # imported as its package's
     with pytest.raises(ConfigError, match=r"the plugin .*broken.py cannot be imported \(RuntimeError: no\)"):
         plugins.load(found[3])
 
