@@ -573,4 +573,17 @@ def test_an_extension_cell_is_the_mean_and_the_sample_std_over_seeds_and_never_a
     two = pd.DataFrame({"ppl": [10.0, 12.0], "status": ["ok", "ok"]})
     assert _cell(two) == "11.000 ± 1.414"  # the sample std (n − 1), as the comparison table's; population: 1.000
     assert _cell(two.iloc[:1]) == 10.0 and _cell(two.iloc[:0]) == "—"
+    assert _cell(pd.DataFrame({"ppl": [10.12345], "status": ["ok"]})) == 10.123  # one seed: the number, 3 decimals
     assert _cell(two.assign(status=["ok", "diverged"])) == "diverged"
+
+
+def test_an_extension_curve_is_the_numbers_of_one_method_at_one_length_in_step_order_without_the_labels():
+    from pe_bench.report.extension import curve
+
+    t = pd.DataFrame({"method": ["pi", "pi", "pi", "yarn", "pi"], "parent": ["rope", "rope", "rope", "rope", "alibi"],
+                      "steps": [0, 100, 200, 100, 100],
+                      "256": [20.5, "12.000 ± 1.000", "diverged", 9.0, 7.0]})
+    xs, ys = curve(t, "pi", 256, "rope")
+    assert xs.tolist() == [0, 100] and ys.tolist() == [20.5, 12.0]  # a '± std' cell is its mean; a label is no point
+    xs, ys = curve(t, "pi", 256)
+    assert xs.tolist() == [0, 100, 100] and ys.tolist() == [20.5, 12.0, 7.0]  # every parent

@@ -195,3 +195,48 @@ def test_the_task_figures_draw_the_schemes_as_trained_and_each_schemes_variants_
     assert labels == ["alibi", "rope", "L = 32 (training length)"] and all(not a.get_legend() for a in fig.axes)
     written = plot_accuracy(df, tmp_path / "accuracy_vs_length.png")
     assert [p.name for p in written] == ["accuracy_vs_length.png", "accuracy_vs_length_rope.png"]
+
+
+def test_the_perplexity_beside_the_leaderboard_is_the_committed_one_for_every_seed_of_a_scheme():
+    """results/leaderboard's last two columns for ALiBi and NoPE from their committed language-model runs alone (all
+    seeds): the perplexity at 8L over L and the gain past L, per training length."""
+    from pathlib import Path
+
+    from pe_bench.report.collect import collect_all
+    from pe_bench.report.leaderboard import gain_column, perplexity_column, perplexity_columns
+    from pe_bench.runs import Run
+
+    runs = sorted((Path(__file__).resolve().parents[1] / "results" / "default" / "runs").glob("*-tiny-shakespeare-L64-*"))
+    runs = [Run(p) for p in runs if p.name.split("-")[0] in ("alibi", "nope")]
+    assert len(runs) == 6
+    t = perplexity_columns(collect_all(runs))
+    assert list(t.columns) == [perplexity_column(8, 64), gain_column(64)] == ["perplexity 8L/L (L=64)",
+                                                                           "gain past L (L=64)"]
+    assert {"alibi", "nope", "alibi+logn"} <= set(t.index)  # the schemes and their eval-time variants
+    assert round(float(t.loc["alibi", perplexity_column(8, 64)]), 3) == 0.983
+    assert round(float(t.loc["nope", perplexity_column(8, 64)]), 3) == 1.743
+    assert (t.loc["alibi", gain_column(64)], t.loc["nope", gain_column(64)]) == (0.011, 0.633)
+    md = (Path(__file__).resolve().parents[1] / "results" / "leaderboard" / "leaderboard.md").read_text()
+    committed, inside = {}, False
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| scheme |"):
+            inside = perplexity_column(8, 64) in cells
+        elif inside and line.startswith("| "):
+            committed.setdefault(cells[0], cells[-2:])
+    assert "alibi" in committed
+    for row in t.index:
+        if row in committed:  # rows with task runs too
+            ppl, gain = committed[row]
+            assert (float(ppl), gain) == (round(float(t.loc[row, perplexity_column(8, 64)]), 3),
+                                          str(t.loc[row, gain_column(64)])), row
+
+
+def test_the_paired_verdicts_are_one_line_per_task_and_length_in_order_counting_zero_verdicts():
+    from pe_bench.report.accuracy import verdict_lines
+
+    t = pd.DataFrame({"task": ["passkey", "passkey", "copy", "copy"], "L": [32, 32, 32, 32],
+                      "verdict": ["lower", "indistinguishable", "higher", "higher"]})
+    assert verdict_lines(t, "rope", "alibi") == [
+        "copy (L=32): rope higher at 2, lower at 0, indistinguishable at 0 of 2 lengths than alibi (paired, 95 %)",
+        "passkey (L=32): rope higher at 0, lower at 1, indistinguishable at 1 of 2 lengths than alibi (paired, 95 %)"]

@@ -215,3 +215,17 @@ def test_the_leaderboard_floor_is_the_larger_of_chance_and_the_trivial_baseline(
     assert "Floors, L = 32: chance" in md and "trivial baseline" in md
     board = pd.read_csv(out / "leaderboard.csv")
     assert "baseline_at_effective" in board.columns
+
+
+@pytest.mark.slow
+def test_the_committed_leaderboard_rebuilds_byte_for_byte_from_the_committed_runs(tmp_path):
+    """`pe-bench report results/default/runs results/tasks/runs --out results/leaderboard`: the task runs beside the default sweep's language-model runs give the committed
+    leaderboard, the perplexity columns included."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "results"
+    r = runner.invoke(app, ["report", str(root / "default" / "runs"), str(root / "tasks" / "runs"), "--out",
+                            str(tmp_path / "board"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    for name in ("leaderboard.csv", "leaderboard.md", "accuracy.csv"):
+        assert (tmp_path / "board" / name).read_bytes() == (root / "leaderboard" / name).read_bytes(), name
