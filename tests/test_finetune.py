@@ -316,3 +316,16 @@ def test_a_finetunes_run_name_is_its_parents_without_the_hash_then_ft_steps_L_an
         "rope-tiny-shakespeare-L64-s0-1234abcd"
     cfg.finetune.parent_config, cfg.finetune.original_seq_len = "feedbeef", 64
     assert run_name(cfg) == f"rope-tiny-shakespeare-L64-s0-ft200-L64{part}-{digest(identity(cfg))}"
+
+
+def test_pose_cuts_every_window_at_a_uniform_point_and_the_generator_alone_decides_where():
+    """chunks = 2: one cut, at any of the length − 1 points between tokens, and the second chunk's skip drawn from the
+    same generator (the same ids for the same seed)."""
+    jumps = set()
+    for seed in range(200):
+        p = pose_positions(8, 1000, 2, torch.Generator().manual_seed(seed))
+        assert torch.equal(p, pose_positions(8, 1000, 2, torch.Generator().manual_seed(seed)))
+        steps = (p[1:] - p[:-1]).tolist()
+        assert p[0] == 0 and sum(s != 1 for s in steps) == 1, (seed, p.tolist())  # one cut, one skip
+        jumps.add(next(i + 1 for i, s in enumerate(steps) if s != 1))
+    assert jumps == set(range(1, 8))

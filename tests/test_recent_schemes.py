@@ -759,3 +759,12 @@ def test_path_transforms_are_unit_and_causal():
     w2, _ = path.transforms[0](later)
     torch.testing.assert_close(w2[:, :, :8], w[:, :, :8], rtol=0, atol=0)
     assert not torch.allclose(w2[:, :, 8], w[:, :, 8])
+
+
+def test_log_n_scales_by_ln_n_over_ln_l_from_any_training_length():
+    import math
+
+    from pe_bench.model.decoder import logn_beyond
+
+    scale = logn_beyond(torch.arange(8), 2)
+    assert torch.allclose(scale, torch.tensor([1.0, 1.0] + [math.log(n) / math.log(2) for n in range(3, 9)]))
