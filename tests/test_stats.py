@@ -443,3 +443,61 @@ def test_context_gain_is_the_difference_of_token_weighted_means_over_paired_bloc
     assert g.interval.n == 40 and g.interval.method == BOOTSTRAP_METHOD
     with pytest.raises(ValueError):
         context_gain(nll, count, ref[:10], ref_count[:10])
+
+
+def test_the_context_gain_interval_is_the_moving_block_bootstrap_of_2000_resamples_from_seed_0():
+    rng = np.random.default_rng(3)
+    count, ref_count = np.full(30, 448.0), np.full(30, 256.0)
+    nll, ref = count * (1.8 + rng.normal(0, 0.05, 30)), ref_count * (1.85 + rng.normal(0, 0.05, 30))
+
+    def reference(level: float, n_boot: int, seed: int) -> tuple[float, float]:
+        idx = block_indices(30, n_boot, np.random.default_rng(seed))
+        s = [a[idx].sum(axis=1) for a in (nll, count, ref, ref_count)]
+        return tuple(np.quantile(s[0] / s[1] - s[2] / s[3], [(1 - level) / 2, (1 + level) / 2]))
+
+    for level in (0.95, 0.8):
+        g = context_gain(nll, count, ref, ref_count, level=level)
+        assert (g.interval.lo, g.interval.hi) == reference(level, 2000, 0)
+    g = context_gain(nll, count, ref, ref_count, n_boot=300, seed=5)
+    assert (g.interval.lo, g.interval.hi) == reference(0.95, 300, 5)
+
+
+def test_the_context_gain_takes_one_block_and_a_zero_loss_and_refuses_sides_without_tokens():
+    one = context_gain(np.array([10.0]), np.array([5.0]), np.array([0.0]), np.array([4.0]))
+    assert (one.gain, one.interval.lo, one.interval.hi) == (2.0, 2.0, 2.0)  # a perfect reference: loss 0
+    assert context_gain(np.array([2.0, 3.0]), np.array([1.0, 0.0]), np.array([1.0, 1.0]), np.array([1.0, 1.0])).gain \
+        == 4.0  # one token on the scored side
+    for counts in ((np.zeros(2), np.ones(2)), (np.ones(2), np.zeros(2))):
+        with pytest.raises(ValueError, match="tokens scored on both"):
+            context_gain(np.zeros(2), counts[0], np.zeros(2), counts[1])
+    with pytest.raises(ValueError):
+        context_gain(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))
+
+
+def test_a_resample_of_blocks_without_tokens_is_left_out_without_a_warning():
+    import warnings
+
+    count = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 50.0])  # most blocks score nothing past L
+    nll = 2.0 * count
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = context_gain(nll, count, np.full(8, 10.0), np.full(8, 5.0))
+    assert g.gain == 0.0 and g.interval.lo == g.interval.hi == 0.0
+
+
+def test_a_log_perplexity_interval_takes_a_perfect_model_and_refuses_a_zero():
+    assert log_seed_interval([1.0, 1.0, 1.0]).lo == 1.0
+    with pytest.raises(ValueError, match="must be positive"):
+        log_seed_interval([0.0, 2.0])
+
+
+def test_several_seeds_pair_by_t_with_its_p_value():
+    rng = np.random.default_rng(2)
+    a = {s: windows(rng, 20) for s in range(3)}
+    b = {s: (a[s][0] * 1.05, a[s][1]) for s in range(3)}
+    p = paired_difference(a, b, level=0.8)
+    d = np.array([ppl(*a[s]) - ppl(*b[s]) for s in range(3)])
+    assert p.interval == seed_interval(d, 0.8) and p.p_value == t_p_value(d)
+    one = paired_difference({0: a[0]}, {0: b[0]}, n_boot=400)
+    assert one.p_value is not None and 0 <= one.p_value <= 1
+    assert paired_difference({0: a[0]}, {0: b[0]}) == paired_difference({0: a[0]}, {0: b[0]}, n_boot=2000, seed=0)

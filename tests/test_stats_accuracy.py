@@ -12,7 +12,9 @@ from pe_bench.stats import (
     MCNEMAR_METHOD,
     T_METHOD,
     WILSON_METHOD,
+    Interval,
     accuracy_interval,
+    holm_rejected,
     mcnemar_exact,
     paired_accuracy,
     seed_interval,
@@ -119,3 +121,64 @@ def test_pairing_refuses_different_examples_or_no_common_seed():
     with pytest.raises(ValueError, match="no seed in common"):
         paired_accuracy({0: np.ones(5, bool)}, {1: np.ones(5, bool)})
     assert not math.isnan(paired_accuracy({0: np.ones(5, bool)}, {0: np.ones(5, bool)}).diff)
+
+
+def test_wilson_is_exactly_0_and_1_at_the_ends_where_rounding_would_leave_a_trace_and_refuses_no_examples():
+    assert wilson_interval(0, 2).lo == 0.0  # centre − half rounds to 5.6e-17 here
+    assert wilson_interval(2, 2).hi == 1.0
+    one = wilson_interval(1, 1)
+    assert one.hi == 1.0 and 0 < one.lo < 1
+    with pytest.raises(ValueError):
+        wilson_interval(0, 0)
+    with pytest.raises(ValueError):
+        wilson_interval(-1, 5)
+
+
+def test_every_accuracy_interval_follows_the_asked_level():
+    one = accuracy_interval([(30, 40)], level=0.8)
+    assert one == wilson_interval(30, 40, level=0.8) and one.hi - one.lo < wilson_interval(30, 40).hi - \
+        wilson_interval(30, 40).lo
+    seeds = [(30, 40), (36, 40), (33, 40)]
+    t, pooled = seed_interval([0.75, 0.9, 0.825], 0.5), wilson_interval(99, 120, 0.5)
+    assert accuracy_interval(seeds, 0.5) == Interval(min(t.lo, pooled.lo), min(1.0, max(t.hi, pooled.hi)),
+                                                    T_METHOD, 3)
+    same = accuracy_interval([(400, 400)] * 3, 0.5)  # zero seed spread: the pooled Wilson bound at that level
+    assert same.lo == wilson_interval(1200, 1200, 0.5).lo > wilson_interval(1200, 1200).lo
+
+
+def test_one_seed_pairs_by_a_bootstrap_of_the_same_examples_2000_resamples_from_seed_0():
+    rng = np.random.default_rng(7)
+    a, b = rng.random(120) < 0.7, rng.random(120) < 0.5
+    d = a.astype(float) - b.astype(float)
+    for level in (0.95, 0.8):
+        stats = d[np.random.default_rng(0).integers(0, 120, size=(2000, 120))].mean(axis=1)
+        lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+        p = paired_accuracy({3: a}, {3: b}, level=level)
+        assert (p.interval.lo, p.interval.hi, p.interval.n) == (lo, hi, 120) and p.diff == d.mean()
+    other = paired_accuracy({3: a}, {3: b}, n_boot=500, seed=4).interval
+    stats = d[np.random.default_rng(4).integers(0, 120, size=(500, 120))].mean(axis=1)
+    assert (other.lo, other.hi) == tuple(np.quantile(stats, [0.025, 0.975]))
+
+
+def test_flags_are_read_as_booleans_whatever_their_type_and_a_single_example_pairs():
+    a, b = np.array([1, 1, 0, 0, 1]), np.array([1, 0, 1, 0, 0])  # 0/1 integers, as a CSV gives them back
+    p = paired_accuracy({0: a}, {0: b})
+    assert (p.only_a, p.only_b) == (2, 1) and p.diff == pytest.approx(0.2)
+    assert paired_accuracy({0: np.array([True])}, {0: np.array([False])}).diff == 1.0
+    with pytest.raises(ValueError, match="different examples"):
+        paired_accuracy({0: np.ones((2, 3), bool)}, {0: np.ones((2, 3), bool)})
+    with pytest.raises(ValueError, match="different examples"):
+        paired_accuracy({0: np.ones(0, bool)}, {0: np.ones(0, bool)})
+
+
+def test_two_common_seeds_already_pair_by_t_and_count_the_discordant_examples_of_both():
+    a = {0: np.array([1, 1, 1, 0], bool), 1: np.array([1, 1, 0, 0], bool)}
+    b = {0: np.array([1, 0, 0, 0], bool), 1: np.array([0, 1, 1, 0], bool)}
+    p = paired_accuracy(a, b, level=0.8)
+    assert p.interval == seed_interval([0.5, 0.0], 0.8) and p.p_value is None
+    assert (p.only_a, p.only_b) == (3, 1)
+
+
+def test_holm_rejects_a_p_value_exactly_at_its_threshold():
+    assert holm_rejected([0.025, 0.05]) == [True, True]  # 0.025 ≤ 0.05 / 2, then 0.05 ≤ 0.05 / 1
+    assert holm_rejected([0.0250001, 0.04]) == [False, False]  # the smallest misses 0.05 / 2: nothing rejected
