@@ -539,3 +539,50 @@ def test_an_eval_time_variants_lines_name_it_and_the_base_schemes_do_not(capsys)
         evaluate(build_model(cfg, 256).eval(), cfg, tokens, np.ones(256, dtype=np.int64), DEV, name="RUN",
                  progress=False)
         assert capsys.readouterr().out.startswith(f"{head} nonoverlapping: ppl "), head
+
+
+SLIDING = {(10000, 2000, 64): (1995, (0, 1608, 3216, 4825, 6433, 8041, 9650)),
+           (3000, 100000, 100): (2495, (0, 600, 1200, 1800, 2400)),
+           (100000, 3000, 64): (2992, (0, 9966, 19932, 29898, 39865, 49831, 59797, 69764, 79730, 89696, 99663))}
+
+
+@pytest.mark.parametrize("args", list(SLIDING))
+def test_sliding_segments_each_warm_up_then_score_and_spread_to_the_end_of_the_split(args):
+    n_tokens, span, longest = args
+    targets, starts = sliding_segments(n_tokens, span, longest)
+    assert (targets, starts) == SLIDING[args] and isinstance(targets, int)
+    n, per = len(starts), targets // len(starts)
+    assert targets == n * per and per >= 4 * longest and targets <= span
+    ends = [s + longest + per for s in starts]  # warm-up of `longest`, then `per` scored targets
+    assert all(b >= a for a, b in zip(ends, starts[1:]))  # no token scored twice
+    assert starts[0] == 0 and ends[-1] == n_tokens - 1  # from the start of the split to its end
+
+
+def test_the_sliding_stride_is_a_quarter_of_l_and_at_least_one_token():
+    from pe_bench.evaluate.perplexity import sliding_stride
+
+    assert sliding_stride(compose(["train.seq_len=64"])) == 16
+    assert sliding_stride(compose(["train.seq_len=4", "eval.lengths=[4, 8]"])) == 1
+    assert sliding_stride(compose(["train.seq_len=64", "eval.stride=5"])) == 5
+
+
+def test_the_end_of_evaluation_lines_name_each_mode_and_what_each_length_gave():
+    from pe_bench.evaluate.perplexity import summary_lines
+
+    rows = [{"mode": "nonoverlapping", "L_eval": 64, "ppl": "6.734", "status": "ok"},
+            {"mode": "sliding", "L_eval": 64, "ppl": "6.5", "status": "ok"},
+            {"mode": "nonoverlapping", "L_eval": 256, "ppl": "", "status": "not_applicable"}]
+    assert summary_lines("rope eval", rows) == ["rope eval nonoverlapping: ppl 6.73 at 64, not_applicable at 256",
+                                                "rope eval sliding: ppl 6.50 at 64"]
+    assert summary_lines("x", []) == []
+
+
+def test_the_accuracy_line_pools_the_depths_of_each_length_and_says_n_a_without_a_scored_row():
+    from pe_bench.evaluate.accuracy import summary
+
+    rows = [{"L_eval": 32, "status": "ok", "solved": 9, "examples": 10},
+            {"L_eval": 32, "status": "ok", "solved": 10, "examples": 10},
+            {"L_eval": 96, "status": "ok", "solved": 1, "examples": 8},
+            {"L_eval": 64, "status": "not_applicable", "solved": "", "examples": 10}]
+    assert summary(rows, 32) == "exact match at L 95.0%, 2L n/a, 3L 12.5%"
+    assert summary([], 32) == "no accuracy rows"
