@@ -586,3 +586,17 @@ def test_the_accuracy_line_pools_the_depths_of_each_length_and_says_n_a_without_
             {"L_eval": 64, "status": "not_applicable", "solved": "", "examples": 10}]
     assert summary(rows, 32) == "exact match at L 95.0%, 2L n/a, 3L 12.5%"
     assert summary([], 32) == "no accuracy rows"
+
+
+@pytest.mark.parametrize("heldout", ["test", "dev"])
+def test_an_accuracy_row_is_scored_on_the_asked_examples_at_the_asked_depth(heldout):
+    from pe_bench.evaluate.accuracy import _row, heldout_digest
+    from pe_bench.tasks import build_task
+
+    cfg = compose(["task=passkey", "task.eval_examples=3", f"eval.heldout={heldout}"])
+    task = build_task(cfg.task)
+    model = build_model(cfg, task.vocab_size).eval()
+    row = _row(model, cfg, task, {"L_eval": 64}, 0.3, torch.device("cpu"), False)
+    expected = task.dev_set(64, 3, 0.3) if heldout == "dev" else task.heldout_set(64, 3, 0.3)
+    assert row["status"] == "ok" and row["heldout"] == heldout_digest(expected)
+    assert len(row["outcomes"]) == 3 and row["answer_tokens"] == 3 * cfg.task.key_digits
