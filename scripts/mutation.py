@@ -265,11 +265,20 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
         m["score"] = round(m["killed"] / max(1, m["mutants"] - m["equivalent"]), 4)
     stale = [e for i, e in enumerate(equivalent) if i not in used and any(_in_module(e["function"], mod)
                                                                            for mod in modules)]
-    return {"group": group.name, "files": group.files, "functions": group.functions, "tests": group.tests,
+    return {"group": group.name, "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
+            "files": group.files, "functions": group.functions, "tests": group.tests,
             "pytest_args": NOT_SLOW + list(group.pytest_args), "seconds": round(seconds), "modules": modules,
             "killed": sorted((n for n, c in codes.items() if c in KILLED), key=_natural),
             "timeouts": sorted((n for n, c in codes.items() if c in TIMEOUTS), key=_natural),
             "not_killed": listed, "stale_equivalents": stale}
+
+
+def _commit() -> str:
+    """The last commit that changed the mutated sources (pe_bench/), with "+" when the working tree differs from it."""
+    head = subprocess.run(["git", "log", "-1", "--format=%h", "--", "pe_bench"], cwd=ROOT, capture_output=True,
+                          text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "pe_bench"], cwd=ROOT, capture_output=True, text=True)
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def _in_module(function: str, module: str) -> bool:
@@ -312,10 +321,14 @@ def write_readme() -> None:
              "equivalent: no test can tell it apart (reason in scripts/mutation_equivalent.toml); no tests: none of "
              "the group's tests reaches the function; score = killed / (mutants − equivalent), first run → now "
              "(after the tests written against the first run's survivors). A module run by several groups counts a "
-             "mutant killed if any group's tests kill it. Error-message text and logging are not mutated.", "",
-             "| module | groups | mutants | killed | of which timeouts | survived | equivalent | no tests | not run "
-             "| score |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "mutant killed if any group's tests kill it. Error-message text and logging are not mutated."]
+    lines += ["", "Each group's run (a group without one ran on code from before the package's layering: its counts are "
+              "stale until it runs again):", "",
+              "| group | run on | sources at commit | seconds |", "|---|---|---|---:|"]
+    lines += [f"| {g['group']} | {g.get('date', '—')} | {g.get('commit', 'before the layering (stale)')} | "
+              f"{g.get('seconds', 0)} |" for g in groups]
+    lines += ["", "| module | groups | mutants | killed | of which timeouts | survived | equivalent | no tests | not run "
+              "| score |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     timeouts = {n for g in groups for n in g.get("timeouts", [])}
     for mod, v in sorted(best.items()):
         n = {k: sum(1 for x in v.values() if x == k) for k in RANK}
