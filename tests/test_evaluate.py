@@ -600,3 +600,79 @@ def test_an_accuracy_row_is_scored_on_the_asked_examples_at_the_asked_depth(held
     expected = task.dev_set(64, 3, 0.3) if heldout == "dev" else task.heldout_set(64, 3, 0.3)
     assert row["status"] == "ok" and row["heldout"] == heldout_digest(expected)
     assert len(row["outcomes"]) == 3 and row["answer_tokens"] == 3 * cfg.task.key_digits
+
+
+def _task_model(*overrides: str):
+    from pe_bench.tasks import build_task
+
+    torch.manual_seed(0)
+    cfg = compose(["task=copy", "task.eval_examples=6", *overrides])
+    task = build_task(cfg.task)
+    return cfg, task, build_model(cfg, task.vocab_size).eval()
+
+
+def test_an_accuracy_row_holds_exact_match_and_token_accuracy_of_the_models_greedy_answers():
+    from pe_bench.evaluate.accuracy import MISSED, SOLVED, _row, heldout_digest
+
+    cfg, task, model = _task_model("train.random_positions=256", "scheme=learned", "task.symbols=2")
+    with torch.no_grad():  # answers that depend on the positions and are sometimes right
+        model.scheme.table.normal_(0, 3.0)
+    at = {"L_eval": 64, "depth": ""}
+    row = _row(model, cfg, task, at, None, torch.device("cpu"), False)
+    batch = task.heldout_set(64, 6)
+    positions = eval_positions(cfg, 64, torch.device("cpu"))
+    with torch.no_grad():
+        right = model(batch.x, positions).argmax(-1) == batch.y
+        unplaced = model(batch.x).argmax(-1) == batch.y
+    assert not torch.equal(right, unplaced)  # the randomized positions change the answers: the row must use them
+    solved = int((right | ~batch.mask).all(1).sum())
+    correct, scored = int((right & batch.mask).sum()), int(batch.mask.sum())
+    assert row == {**at, "exact_match": round(solved / 6, 6), "token_accuracy": round(correct / scored, 6),
+                   "solved": solved, "answer_tokens": scored, "status": "ok", "note": "",
+                   "outcomes": "".join(SOLVED if ok else MISSED for ok in (right | ~batch.mask).all(1).tolist()),
+                   "heldout": heldout_digest(batch)}
+
+
+def test_an_accuracy_row_says_not_applicable_or_nonfinite_with_no_number():
+    from pe_bench.evaluate.accuracy import _row
+
+    cfg, task, model = _task_model()
+    at = {"L_eval": 2, "depth": ""}
+    row = _row(model, cfg, task, at, None, torch.device("cpu"), False)
+    assert row == {**at, "exact_match": "", "token_accuracy": "", "solved": "", "answer_tokens": 0,
+                   "status": "not_applicable", "note": f"task=copy needs inputs of at least {task.min_length()} "
+                   "tokens, got 2", "outcomes": "", "heldout": ""}
+    batch = task.heldout_set(64, 6)
+    poisoned = next(t for t in batch.x[0].tolist() if t not in batch.x[-1].tolist())
+    with torch.no_grad():
+        model.tok_emb.weight[poisoned] = float("nan")  # only the examples holding this token overflow
+    cfg = compose(["task=copy", "task.eval_examples=6", "eval.tokens_per_batch=64"])  # one example per batch
+    row = _row(model, cfg, task, {"L_eval": 64}, None, torch.device("cpu"), False)
+    assert row == {"L_eval": 64, "exact_match": "nan", "token_accuracy": "nan", "solved": "",
+                   "answer_tokens": int(batch.mask.sum()), "status": "nonfinite",
+                   "note": "non-finite logits: the model overflowed or its weights are not finite", "outcomes": "",
+                   "heldout": ""}
+
+
+def test_a_held_out_digest_is_the_hash_of_the_inputs_the_last_targets_and_the_answer_flags():
+    import hashlib
+
+    from pe_bench.evaluate.accuracy import heldout_digest
+    from pe_bench.tasks import build_task
+
+    batch = build_task(compose(["task=copy"]).task).heldout_set(64, 5)
+    h = hashlib.sha256(batch.x.numpy().tobytes())
+    h.update(batch.y[:, -1:].numpy().tobytes())
+    h.update(batch.mask.numpy().tobytes())
+    assert heldout_digest(batch) == h.hexdigest()[:16]
+
+
+def test_the_length_line_pools_the_ok_rows_or_names_why_there_is_no_number():
+    from pe_bench.evaluate.accuracy import _length_line
+
+    rows = [{"status": "ok", "solved": 3, "examples": 4, "token_accuracy": 0.5, "answer_tokens": 10, "note": ""},
+            {"status": "ok", "solved": 1, "examples": 4, "token_accuracy": 1.0, "answer_tokens": 30, "note": ""},
+            {"status": "nonfinite", "solved": "", "examples": 4, "token_accuracy": "nan", "answer_tokens": 5,
+             "note": "overflow"}]
+    assert _length_line(rows) == "exact match 50.0%, token accuracy 87.5% (8 held-out examples)"
+    assert _length_line(rows[2:] + [{"status": "not_applicable", "note": "too short"}]) == "nonfinite (overflow)"
