@@ -676,3 +676,28 @@ def test_the_length_line_pools_the_ok_rows_or_names_why_there_is_no_number():
              "note": "overflow"}]
     assert _length_line(rows) == "exact match 50.0%, token accuracy 87.5% (8 held-out examples)"
     assert _length_line(rows[2:] + [{"status": "not_applicable", "note": "too short"}]) == "nonfinite (overflow)"
+
+
+def test_context_rows_pair_each_range_past_l_with_the_last_half_of_l_and_leave_out_empty_ranges():
+    from types import SimpleNamespace
+
+    from pe_bench import stats
+    from pe_bench.evaluate.perplexity import context_rows
+
+    rng = np.random.default_rng(0)
+    ref_count = np.full((16, 1), 8.0)  # 16 windows of L = 16: [8, 16) scored
+    ref = SimpleNamespace(loss=2.0, tokens=256, range_nll=ref_count * 2.0, range_count=ref_count)
+    counts = np.tile([0.0, 32.0, 48.0], (4, 1))  # 4 windows of 64: [16, 32) scored nothing, [32, 64), [16, 64)
+    nll = counts * (1.5 + rng.random((4, 3)))
+    long = SimpleNamespace(loss=1.9, tokens=256, range_nll=nll, range_count=counts)
+    rows = context_rows({"scheme": "x"}, 16, {16: ref, 64: long}, 1024)
+    assert [(r["pos_start"], r["pos_end"]) for r in rows] == [(32, 64), (16, 64)]
+    for r, j in zip(rows, (1, 2)):
+        g = stats.context_gain(nll[:, j], counts[:, j], np.add.reduceat(ref.range_nll[:, 0], range(0, 16, 4)),
+                               np.add.reduceat(ref_count[:, 0], range(0, 16, 4)))
+        assert r == {"scheme": "x", "L_eval": 64, "ratio": 4.0, "pos_start": r["pos_start"], "pos_end": 64,
+                     "loss": round(g.loss, 6), "ref_loss": round(g.ref_loss, 6), "gain": round(g.gain, 6),
+                     "lo": round(g.interval.lo, 6), "hi": round(g.interval.hi, 6), "blocks": 4,
+                     "tokens": int(counts[:, j].sum()), "budget": 1024, "tokens_scored": 256}
+    silent = SimpleNamespace(loss=2.0, tokens=256, range_nll=0 * ref_count, range_count=0 * ref_count)
+    assert context_rows({}, 16, {16: silent, 64: long}, 1024) == []  # L scored nothing in [L/2, L): no reference
