@@ -113,6 +113,7 @@ def test_context_gain_is_the_loss_past_L_minus_the_loss_of_the_last_half_of_L_wi
         assert r["ref_loss"] == pytest.approx(ref, abs=2e-6)
         assert r["gain"] == pytest.approx(nll64[:, a:b].mean().item() - ref, abs=2e-6)
         assert r["lo"] < r["gain"] < r["hi"] and r["blocks"] == 16 and r["tokens"] == 16 * (b - a)
+        assert r["budget"] == 1024
 
 
 def test_nonoverlapping_is_the_token_weighted_mean_over_blocks(setup):
@@ -701,3 +702,18 @@ def test_context_rows_pair_each_range_past_l_with_the_last_half_of_l_and_leave_o
                      "tokens": int(counts[:, j].sum()), "budget": 1024, "tokens_scored": 256}
     silent = SimpleNamespace(loss=2.0, tokens=256, range_nll=0 * ref_count, range_count=0 * ref_count)
     assert context_rows({}, 16, {16: silent, 64: long}, 1024) == []  # L scored nothing in [L/2, L): no reference
+
+
+def test_sliding_bits_per_byte_count_the_bytes_of_every_segment(setup):
+    _, model, tokens, tb = setup
+    cfg = compose(["scheme=alibi", "model.n_layers=1", "model.d_model=32", "train.seq_len=16", "eval=smoke",
+                   "eval.lengths=[16,64]", "eval.sliding_max_tokens=1024", "eval.modes=[sliding]"])
+    assert len(passes(cfg, 64, len(tokens))[0].starts) > 1  # several segments, each its own pass
+    for r in evaluate(model, cfg, tokens, tb, DEV, quiet=True).rows:
+        assert float(r["bpb"]) == pytest.approx(float(r["loss"]) / math.log(2), rel=1e-4)  # bytes: one per token
+
+
+def test_a_whole_split_budget_is_labelled_all():
+    from pe_bench.evaluate.perplexity import budget_label
+
+    assert budget_label(None) == "all" and budget_label(4096) == 4096
