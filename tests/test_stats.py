@@ -467,6 +467,8 @@ def test_the_context_gain_takes_one_block_and_a_zero_loss_and_refuses_sides_with
     assert (one.gain, one.interval.lo, one.interval.hi) == (2.0, 2.0, 2.0)  # a perfect reference: loss 0
     assert context_gain(np.array([2.0, 3.0]), np.array([1.0, 0.0]), np.array([1.0, 1.0]), np.array([1.0, 1.0])).gain \
         == 4.0  # one token on the scored side
+    assert context_gain(np.array([2.0, 2.0]), np.array([1.0, 1.0]), np.array([3.0, 0.0]), np.array([1.0, 0.0])).gain \
+        == -1.0  # one token on the reference side
     for counts in ((np.zeros(2), np.ones(2)), (np.ones(2), np.zeros(2))):
         with pytest.raises(ValueError, match="tokens scored on both"):
             context_gain(np.zeros(2), counts[0], np.zeros(2), counts[1])

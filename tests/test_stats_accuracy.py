@@ -182,3 +182,13 @@ def test_two_common_seeds_already_pair_by_t_and_count_the_discordant_examples_of
 def test_holm_rejects_a_p_value_exactly_at_its_threshold():
     assert holm_rejected([0.025, 0.05]) == [True, True]  # 0.025 ≤ 0.05 / 2, then 0.05 ≤ 0.05 / 1
     assert holm_rejected([0.0250001, 0.04]) == [False, False]  # the smallest misses 0.05 / 2: nothing rejected
+
+
+def test_flags_read_back_as_floats_pair_too_and_the_default_is_2000_resamples():
+    p = paired_accuracy({0: np.array([1.0, 1.0, 0.0])}, {0: np.array([0.0, 1.0, 1.0])})
+    assert (p.only_a, p.only_b) == (1, 1)
+    rng = np.random.default_rng(1)
+    a, b = rng.random(120) < 0.7, rng.random(120) < 0.5
+    default = paired_accuracy({0: a}, {0: b}).interval
+    assert default == paired_accuracy({0: a}, {0: b}, n_boot=2000, seed=0).interval
+    assert default != paired_accuracy({0: a}, {0: b}, n_boot=2001, seed=0).interval  # (these data tell them apart)
