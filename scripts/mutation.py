@@ -332,8 +332,9 @@ def write_readme() -> None:
     timeouts = {n for g in groups for n in g.get("timeouts", [])}
     for mod, v in sorted(best.items()):
         n = {k: sum(1 for x in v.values() if x == k) for k in RANK}
-        names = [g["group"] for g in groups if mod in g["modules"]]
-        before = next((g["before"][mod] for g in groups if mod in (g.get("before") or {})), None)
+        names = [g["group"] + ("" if g.get("commit") else " (stale)") for g in groups if mod in g["modules"]]
+        before = next((g["before"][mod] for g in groups if mod in (g.get("before") or {})), None) \
+            if len(names) == 1 else None  # a module several groups mutate: no one group's first run is its "before"
         score = n["killed"] / max(1, len(v) - n["equivalent"])
         was = f"{100 * before['score']:.1f} % → " if before else ""
         slow = sum(1 for name, x in v.items() if x == "killed" and name in timeouts)
@@ -372,7 +373,8 @@ def save(group: Group, summary: dict, keep_before: bool) -> None:
     if previous.exists():
         old = json.loads(previous.read_text())
         summary["seconds"] = summary["seconds"] or old.get("seconds", 0)  # --summarize ran nothing
-        before = old.get("before") or (old["modules"] if keep_before else None)
+        # a "before" from a run on other sources (no commit recorded: before the layering) is not this code's
+        before = (old.get("before") or (old["modules"] if keep_before else None)) if old.get("commit") else None
         if before and any(m["not_run"] for m in before.values()):
             before = None  # an interrupted first run is no "before": its not-run mutants would count as survivors
         if before:
