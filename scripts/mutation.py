@@ -264,7 +264,8 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
     for m in modules.values():
         m["score"] = round(m["killed"] / max(1, m["mutants"] - m["equivalent"]), 4)
     stale = [e for i, e in enumerate(equivalent) if i not in used and any(_in_module(e["function"], mod)
-                                                                           for mod in modules)]
+                                                                           for mod in modules)
+             and _in_group(e["function"], group)]
     return {"group": group.name, "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
             "files": group.files, "functions": group.functions, "tests": group.tests,
             "pytest_args": NOT_SLOW + list(group.pytest_args), "seconds": round(seconds), "modules": modules,
@@ -279,6 +280,16 @@ def _commit() -> str:
                           text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "pe_bench"], cwd=ROOT, capture_output=True, text=True)
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
+
+
+def _in_group(function: str, group: Group) -> bool:
+    """Whether a group that mutates only some functions mutates ``function`` (module.f or module.Class.method)."""
+    if not group.functions:
+        return True
+    head, _, name = function.rpartition(".")
+    module, _, cls = head.rpartition(".") if head.rpartition(".")[2][:1].isupper() else (head, "", "")
+    mangled = f"{module}.xǁ{cls}ǁ{name}__mutmut_1" if cls else f"{module}.x_{name}__mutmut_1"
+    return any(re.fullmatch(_glob(f), mangled) for f in group.functions)
 
 
 def _in_module(function: str, module: str) -> bool:
