@@ -263,8 +263,7 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
                        **({"reason": reason} if reason else {})})
     for m in modules.values():
         m["score"] = round(m["killed"] / max(1, m["mutants"] - m["equivalent"]), 4)
-    stale = [e for i, e in enumerate(equivalent) if i not in used and any(_in_module(e["function"], mod)
-                                                                           for mod in modules)
+    stale = [e for i, e in enumerate(equivalent) if i not in used and _split(e["function"])[0] in modules
              and _in_group(e["function"], group)]
     return {"group": group.name, "commit": _commit(), "date": time.strftime("%Y-%m-%d"),
             "files": group.files, "functions": group.functions, "tests": group.tests,
@@ -282,20 +281,20 @@ def _commit() -> str:
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
+def _split(function: str) -> tuple[str, str, str]:
+    """(module, class or "", name) of an equivalence listing's ``module.f`` or ``module.Class.method``."""
+    head, _, name = function.rpartition(".")
+    module, _, cls = head.rpartition(".")
+    return (module, cls, name) if cls[:1].isupper() else (head, "", name)
+
+
 def _in_group(function: str, group: Group) -> bool:
-    """Whether a group that mutates only some functions mutates ``function`` (module.f or module.Class.method)."""
+    """Whether a group that mutates only some functions mutates ``function``."""
     if not group.functions:
         return True
-    head, _, name = function.rpartition(".")
-    module, _, cls = head.rpartition(".") if head.rpartition(".")[2][:1].isupper() else (head, "", "")
+    module, cls, name = _split(function)
     mangled = f"{module}.xǁ{cls}ǁ{name}__mutmut_1" if cls else f"{module}.x_{name}__mutmut_1"
     return any(re.fullmatch(_glob(f), mangled) for f in group.functions)
-
-
-def _in_module(function: str, module: str) -> bool:
-    """Whether ``function`` (module.f or module.Class.method) is defined in ``module`` itself, not a submodule."""
-    rest = function[len(module) + 1:] if function.startswith(module + ".") else ""
-    return bool(rest) and (rest.count(".") == 0 or (rest.count(".") == 1 and rest[0].isupper()))
 
 
 def _natural(name: str) -> tuple:

@@ -603,15 +603,6 @@ def test_an_accuracy_row_is_scored_on_the_asked_examples_at_the_asked_depth(held
     assert len(row["outcomes"]) == 3 and row["answer_tokens"] == 3 * cfg.task.key_digits
 
 
-def _task_model(*overrides: str):
-    from pe_bench.tasks import build_task
-
-    torch.manual_seed(0)
-    cfg = compose(["task=copy", "task.eval_examples=6", *overrides])
-    task = build_task(cfg.task)
-    return cfg, task, build_model(cfg, task.vocab_size).eval()
-
-
 def test_an_accuracy_row_holds_exact_match_and_token_accuracy_of_the_models_greedy_answers():
     from pe_bench.evaluate.accuracy import MISSED, SOLVED, _row, heldout_digest
 
@@ -647,8 +638,12 @@ def test_an_accuracy_row_holds_exact_match_and_token_accuracy_of_the_models_gree
 
 def test_an_accuracy_row_says_not_applicable_or_nonfinite_with_no_number():
     from pe_bench.evaluate.accuracy import _row
+    from pe_bench.tasks import build_task
 
-    cfg, task, model = _task_model()
+    torch.manual_seed(0)
+    cfg = compose(["task=copy", "task.eval_examples=6"])
+    task = build_task(cfg.task)
+    model = build_model(cfg, task.vocab_size).eval()
     at = {"L_eval": 2, "depth": ""}
     row = _row(model, cfg, task, at, None, torch.device("cpu"), False)
     assert row == {**at, "exact_match": "", "token_accuracy": "", "solved": "", "answer_tokens": 0,
