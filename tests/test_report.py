@@ -505,7 +505,8 @@ def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context
                 "status": "ok", "tokens_scored": 4096, "budget": "all", "step": 10, "steps": 10, "precision": "fp32"}
 
     def ctx(scheme, seed, a, b, gain):
-        return {"run": f"{scheme}-{seed}", "scheme": scheme, "L_train": 64, "L_eval": 512, "pos_start": a,
+        return {"run": f"{scheme}-{seed}", "scheme": scheme, "split": "validation", "L_train": 64, "L_eval": 512,
+                "pos_start": a,
                 "pos_end": b, "loss": 2.0 + gain, "ref_loss": 2.0, "gain": gain, "lo": gain - 0.01,
                 "hi": gain + 0.01, "blocks": 8, "tokens": 100, "seed": seed, "budget": "all", "step": 10,
                 "precision": "fp32", "tokens_scored": 4096}
@@ -587,3 +588,32 @@ def test_an_extension_curve_is_the_numbers_of_one_method_at_one_length_in_step_o
     assert xs.tolist() == [0, 100] and ys.tolist() == [20.5, 12.0]  # a '± std' cell is its mean; a label is no point
     xs, ys = curve(t, "pi", 256)
     assert xs.tolist() == [0, 100, 100] and ys.tolist() == [20.5, 12.0, 7.0]  # every parent
+
+
+def test_a_run_evaluated_on_two_splits_has_each_splits_context_use_from_that_splits_position_curve(tmp_path):
+    """The committed ALiBi run at L = 64 with its rows copied as a test split whose losses at 8L are 1 nat higher:
+    the gain past L is the validation one (0.011) on validation and 1 nat more on test, neither refused."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from pe_bench.report.collect import collect_all
+    from pe_bench.report.leaderboard import gain_column, perplexity_columns
+    from pe_bench.runs import Run, file_sha256
+
+    src = Path(__file__).resolve().parent.parent / "results" / "default" / "runs" / "alibi-tiny-shakespeare-L64-s0-5140bfbd"
+    run = tmp_path / src.name
+    shutil.copytree(src, run)
+    for name in ("eval.csv", "positions.csv", "windows.csv"):
+        d = pd.read_csv(run / name, dtype=str, keep_default_na=False)
+        test = d.assign(split="test")
+        if name == "positions.csv":
+            test["loss"] = [str(float(x) + (n == "512")) for x, n in zip(test["loss"], test["L_eval"])]
+        pd.concat([d, test]).to_csv(run / name, index=False)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["eval_csv_sha256"] = file_sha256(run / "eval.csv")
+    (run / "meta.json").write_text(json.dumps(meta))
+    col = collect_all([Run(run)])
+    assert not col.left_out and sorted(set(col.context["split"])) == ["test", "validation"]
+    assert perplexity_columns(col).loc["alibi", gain_column(64)] == 0.011
+    assert perplexity_columns(col, "test").loc["alibi", gain_column(64)] == 1.011

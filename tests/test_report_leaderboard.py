@@ -240,3 +240,72 @@ def test_the_paired_verdicts_are_one_line_per_task_and_length_in_order_counting_
     assert verdict_lines(t, "rope", "alibi") == [
         "copy (L=32): rope higher at 2, lower at 0, indistinguishable at 0 of 2 lengths than alibi (paired, 95 %)",
         "passkey (L=32): rope higher at 0, lower at 1, indistinguishable at 1 of 2 lengths than alibi (paired, 95 %)"]
+
+
+def test_compare_over_several_seeds_is_a_t_interval_without_a_mcnemar_p_in_the_named_columns():
+    a = rows("alibi", [396, 380, 200, 10]) + rows("alibi", [398, 360, 220, 30], seed=1)
+    b = rows("rope", [396, 100, 0, 0]) + rows("rope", [394, 120, 20, 10], seed=1)
+    t = compare_accuracy(acc(frame(a, b)), "alibi", "rope")
+    assert list(t.columns) == ["task", "L", "L_eval", "alibi", "rope", "difference", "95% interval", "only alibi",
+                               "only rope", "McNemar p", "method", "seeds", "verdict"]
+    two = t.iloc[1]  # 2L: (95.0 − 25.0 + 90.0 − 30.0) / 2 points
+    assert (two["alibi"], two["rope"], two["difference"]) == ("92.5", "27.5", "65.0")
+    assert two["McNemar p"] == "" and two["method"] == "t, 2 seeds" and two["seeds"] == "0,1"
+    assert two["95% interval"].startswith("[") and two["only alibi"] == 280 + 240
+
+
+def test_compare_joins_a_cells_depths_in_depth_order_and_leaves_out_a_cell_without_its_heldout_hash():
+    def depths(label: str, solved: dict[str, int], order: list[str]) -> list[dict]:
+        return [{"task": "passkey", "label": label, "scheme": label, "L_train": 32, "L_eval": 64, "seed": 0,
+                 "depth": d, "exact_match": solved[d] / 200, "token_accuracy": solved[d] / 200, "solved": solved[d],
+                 "examples": 200, "status": "ok", "chance": 0.0, "heldout": f"h{d}", "run": f"{label}-0",
+                 "outcomes": "x" * solved[d] + "." * (200 - solved[d])} for d in order]
+
+    a = depths("alibi", {"0.0": 200, "1.0": 100}, ["1.0", "0.0"])
+    b = depths("rope", {"0.0": 200, "1.0": 0}, ["0.0", "1.0"])
+    t = compare_accuracy(acc(frame(a, b)), "alibi", "rope")
+    # 400 examples, paired depth by depth whatever the rows' order: alibi alone solves 100 at depth 1
+    assert (t.iloc[0]["alibi"], t.iloc[0]["rope"], t.iloc[0]["only alibi"], t.iloc[0]["only rope"]) == (
+        "75.0", "50.0", 100, 0)
+    assert t.iloc[0]["method"] == "McNemar, 400 examples"
+    b[1]["heldout"] = ""  # a row without the hash of its held-out examples: never paired
+    with pytest.raises(ConfigError, match="no number or no per-example outcomes there"):
+        compare_accuracy(acc(frame(a, b)), "alibi", "rope")
+
+
+def _committed_alibi():
+    """The committed ALiBi language-model runs at L = 64 (three seeds), collected."""
+    from pathlib import Path
+
+    from pe_bench.report.collect import collect_all
+    from pe_bench.runs import Run
+
+    runs = (Path(__file__).resolve().parents[1] / "results" / "default" / "runs").glob("alibi-tiny-shakespeare-L64-*")
+    return collect_all([Run(p) for p in sorted(runs)])
+
+
+def test_the_perplexity_beside_the_leaderboard_is_the_asked_splits_with_that_splits_context_use():
+    from dataclasses import replace
+
+    from pe_bench.report.leaderboard import gain_column, perplexity_column, perplexity_columns
+
+    col = _committed_alibi()
+    df, x = col.df, col.context
+    test = df.assign(split="test", ppl=df["ppl"].where(df["L_eval"] != 512, 2 * df["ppl"]))  # twice as high at 8L
+    both = replace(col, df=pd.concat([df, test], ignore_index=True),
+                   context=pd.concat([x, x.assign(split="test", gain=x["gain"] + 1)], ignore_index=True))
+    ppl, gain = perplexity_column(8, 64), gain_column(64)
+    v, t = perplexity_columns(both), perplexity_columns(both, "test")
+    assert (round(float(v.loc["alibi", ppl]), 3), v.loc["alibi", gain]) == (0.983, 0.011)
+    assert (round(float(t.loc["alibi", ppl]), 3), t.loc["alibi", gain]) == (1.966, 1.011)
+
+
+def test_rows_evaluated_at_L_alone_have_a_perplexity_ratio_of_one_and_no_gain_past_L():
+    from dataclasses import replace
+
+    from pe_bench.report.leaderboard import gain_column, perplexity_column, perplexity_columns
+
+    col = _committed_alibi()
+    t = perplexity_columns(replace(col, df=col.df[col.df["L_eval"] == 64]))
+    assert t.index.name == "scheme" and list(t.columns) == [perplexity_column(1, 64), gain_column(64)]
+    assert list(t[perplexity_column(1, 64)]) == [1.0, 1.0] and list(t[gain_column(64)]) == ["—", "—"]

@@ -233,9 +233,10 @@ def _context_from_positions(run: Run, d: pd.DataFrame) -> pd.DataFrame:
     except RunFileError:
         return pd.DataFrame()  # an unreadable curve costs its '—' cells and plot lines (collect_positions names it)
     out = []
-    for (scheme, L, step, precision), g in pos.groupby(["scheme", "L_train", "step", "precision"]):
+    for (scheme, split, L, step, precision), g in pos.groupby(["scheme", "split", "L_train", "step", "precision"]):
         ref = _range_loss(g[g["L_eval"] == L], L // 2, L)
-        spans = d[(d["scheme"] == scheme) & (d["mode"] == "nonoverlapping") & (d["status"] == "ok")]
+        spans = d[(d["scheme"] == scheme) & (d["split"] == split) & (d["mode"] == "nonoverlapping")
+                  & (d["status"] == "ok")]
         for n in sorted(set(g["L_eval"])):
             at = spans[pd.to_numeric(spans["L_eval"]) == n]
             if n <= L or ref is None or at.empty:
@@ -243,7 +244,7 @@ def _context_from_positions(run: Run, d: pd.DataFrame) -> pd.DataFrame:
             for a, b in context_ranges(int(L), int(n)):
                 loss = _range_loss(g[g["L_eval"] == n], a, b)
                 if loss is not None:
-                    out.append({"scheme": scheme, "split": g["split"].iloc[0], "L_train": int(L), "L_eval": int(n),
+                    out.append({"scheme": scheme, "split": split, "L_train": int(L), "L_eval": int(n),
                                 "pos_start": a, "pos_end": b, "loss": loss[0], "ref_loss": ref[0],
                                 "gain": loss[0] - ref[0], "lo": float("nan"), "hi": float("nan"), "blocks": 0,
                                 "tokens": loss[1], "seed": int(g["seed"].iloc[0]), "budget": at["budget"].iloc[0],

@@ -91,12 +91,13 @@ GAIN = "gain past L"  # the column of context use at the longest length (nats pe
 
 def context_of(col: Collected, c: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
     """The context-use rows (one per seed) of the eval rows ``c`` of one cell, for positions [start, end): the same
-    runs, scheme label, length and evaluation settings."""
+    runs, scheme label, split, length and evaluation settings."""
     x = col.context
     if x.empty or c.empty:
         return pd.DataFrame()
     first = c.iloc[0]
-    same = (x["run"].isin(set(c["run"])) & (x["scheme"] == first["scheme"]) & (x["L_eval"] == int(first["L_eval"]))
+    same = (x["run"].isin(set(c["run"])) & (x["scheme"] == first["scheme"]) & (x["split"] == first["split"])
+            & (x["L_eval"] == int(first["L_eval"]))
             & (x["pos_start"] == start) & (x["pos_end"] == end) & (x["step"].astype(str) == str(first["step"]))
             & (x["precision"].astype(str) == str(first["precision"])) & (x["budget"].astype(str) == str(first["budget"]))
             & (x["tokens_scored"] == int(first["tokens_scored"])))
