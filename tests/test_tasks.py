@@ -524,3 +524,37 @@ def test_development_examples_are_never_test_examples_even_where_the_two_often_c
     keys = {_example_key(x, y) for x, y in zip(test.x.numpy(), test.y.numpy())}
     assert len(dev.x) == 12 and all(_example_key(x, y) not in keys for x, y in zip(dev.x.numpy(), dev.y.numpy()))
     assert dev.x.dtype == torch.int64 and dev.x.shape == test.x.shape == (12, n)
+
+
+def test_at_one_depth_the_development_examples_avoid_that_depths_test_examples_and_the_baseline_reads_them():
+    """Passkey with one key digit and a two-symbol filler of two tokens: 40 distinct examples at a depth, so a
+    development set drawn without regard to the depth would repeat test examples; the trivial baseline's most
+    frequent answer is the one of the development examples at that depth."""
+    from collections import Counter
+
+    from pe_bench import tasks
+    from pe_bench.tasks.base import _example_key
+
+    task = tasks.build_task(task_options("passkey", symbols=2, key_digits=1))
+    n = task.min_length() + 2
+    test, dev = task.heldout_set(n, 10, 0.5), task.dev_set(n, 10, 0.5)
+    keys = {_example_key(x, y) for x, y in zip(test.x.numpy(), test.y.numpy())}
+    assert not keys & {_example_key(x, y) for x, y in zip(dev.x.numpy(), dev.y.numpy())}
+
+    def answers(b) -> list[tuple[int, ...]]:
+        return [tuple(y[m].tolist()) for y, m in zip(b.y.numpy(), b.mask.numpy())]
+
+    dev, test = task.dev_set(n, 16, 0.5), task.heldout_set(n, 16, 0.5)
+    common = Counter(answers(dev)).most_common(1)[0][0]
+    assert task.trivial_baseline(n, 16, 0.5) == sum(a == common for a in answers(test)) / 16
+
+
+def test_an_example_whose_context_offers_no_candidate_adds_nothing_to_the_trivial_baseline():
+    from pe_bench import tasks
+
+    task = tasks.build_task(task_options("needle_multikey"))
+    n = task.min_length()
+    task.candidates = lambda x, y, mask: None  # as a task without candidates: the most frequent answer alone
+    alone = task.trivial_baseline(n, 50)
+    task.candidates = lambda x, y, mask: []  # none offered: that example scores 0 by naming one
+    assert task.trivial_baseline(n, 50) == alone < 1

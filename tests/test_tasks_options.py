@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from pe_bench import tasks
-from pe_bench.tasks.base import DIGIT0, SYMBOL0, TaskLengthError
+from pe_bench.tasks.base import DIGIT0, MARK, SYMBOL0, TaskLengthError
 
 
 @pytest.mark.parametrize("name, fits, refused, says", [
@@ -47,6 +48,17 @@ def test_addition_without_abacus_positions_keeps_the_identity_it_had_before_they
     assert cls.digit_positions(tasks.options("addition", abacus=True, abacus_max_offset=9, abacus_zero_share=0.25)) \
         == (tuple(range(DIGIT0, DIGIT0 + 10)), 9, 0.25)
     assert tasks.get("copy").digit_positions(tasks.options("copy")) is None
+    # the task options of a run made before Abacus positions existed have no abacus key: none
+    assert cls.digit_positions(OmegaConf.create({"name": "addition", "reverse_digits": True})) is None
+
+
+def test_a_multikey_candidate_is_a_whole_needle_value_and_a_needle_the_window_cuts_off_names_none():
+    task = tasks.build_task(tasks.options("needle_multikey"))
+    d, key, digit = task.cfg.value_digits, SYMBOL0 + 3, DIGIT0 + 5
+    whole = np.array([0, MARK, key, *[digit] * d])  # its value ends where x ends
+    assert task.candidates(whole, whole, whole > 0) == [(digit,) * d]
+    cut = np.concatenate([whole, [MARK, key, *[digit] * (d - 1)]])  # a second needle one digit short
+    assert task.candidates(cut, cut, cut > 0) == [(digit,) * d]
 
 
 @pytest.mark.parametrize("depths, expected", [(1, [0.5]), (2, [0.0, 1.0]), (4, [0.0, 0.3333, 0.6667, 1.0])])
@@ -70,6 +82,9 @@ def test_passkeys_text_filler_is_a_window_of_the_splits_bytes_and_needs_text():
     assert starts == set(range(10))  # every start that leaves 30 tokens but the last, none past it
     held = task._filler(rng, 40, "heldout") - SYMBOL0  # the held-out examples read the validation split
     assert held[0] >= 100
+    byte_text = {"train": text["train"], "validation": np.full(41, 250, dtype=np.uint8)}  # bytes near the top
+    held = tasks.build_task(tasks.options("passkey", filler="text"), byte_text)._filler(rng, 40, "heldout")
+    assert held.tolist() == [SYMBOL0 + 250] * 40  # shifted past the task's symbols, never wrapped round
     with pytest.raises(TaskLengthError):
         task._filler(rng, 40, "train")  # the split must be longer than the filler
 
