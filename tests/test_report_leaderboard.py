@@ -309,3 +309,38 @@ def test_rows_evaluated_at_L_alone_have_a_perplexity_ratio_of_one_and_no_gain_pa
     t = perplexity_columns(replace(col, df=col.df[col.df["L_eval"] == 64]))
     assert t.index.name == "scheme" and list(t.columns) == [perplexity_column(1, 64), gain_column(64)]
     assert list(t[perplexity_column(1, 64)]) == [1.0, 1.0] and list(t[gain_column(64)]) == ["—", "—"]
+
+
+def test_compare_goes_through_every_cell_in_order_naming_each_one_it_cannot_pair():
+    a = rows("alibi", [396, 380, 200, 10])
+    b = [r for r in rows("rope", [396, 100, 0, 0]) if r["L_eval"] != 32]  # no rope row at L
+    b[0] = dict(b[0], seed=1, run="rope-1")  # at 2L: rope has seed 1 only
+    b[1]["heldout"] = "other"  # at 4L: scored on other examples
+    t = compare_accuracy(acc(frame(a, b).iloc[::-1]), "alibi", "rope")  # rows in any order
+    assert list(t["L_eval"]) == [256] and t.iloc[0]["only alibi"] == 10
+    assert t.attrs["left_out"] == [
+        "copy L=32 at 64: no seed in common (alibi: [0], rope: [1])",
+        "copy L=32 at 128: scored on different held-out examples (other task options or corpus)"]
+    b[0]["outcomes"] = ""
+    t = compare_accuracy(acc(frame(a, b)), "alibi", "rope")
+    assert t.attrs["left_out"][0] == ("copy L=32 at 64: a row has no number or no per-example outcomes there "
+                                      "(re-evaluate it with `pe-bench eval`)")
+
+
+def test_the_floor_lines_give_chance_and_the_trivial_baseline_per_task_and_training_length_in_order():
+    from pe_bench.report.leaderboard import floor_lines
+
+    def floor(task: str, L: int, chance: float, baseline: float) -> list[dict]:
+        return [dict(r, baseline=baseline if r["L_eval"] < 8 * L else float("nan"))
+                for r in rows("alibi", [400, 400, 400, 400], L=L, task=task, chance=chance)]
+
+    df = frame(floor("passkey", 64, 0.001, 0.25), floor("passkey", 32, 0.001, 0.5), floor("copy", 32, 0.0, 0.0))
+    df.loc[(df["task"] == "copy") & (df["L_eval"] == 256), "chance"] = float("nan")  # not known: '?'
+    assert floor_lines(df) == {
+        "copy": "Floors, L = 32: chance 0.0 / 0.0 / 0.0 / ? %, trivial baseline 0.0 / 0.0 / 0.0 / ? % at "
+                "32 / 64 / 128 / 256 tokens.",
+        "passkey": "Floors, L = 32: chance 0.1 / 0.1 / 0.1 / 0.1 %, trivial baseline 50.0 / 50.0 / 50.0 / ? % at "
+                   "32 / 64 / 128 / 256 tokens; L = 64: chance 0.1 / 0.1 / 0.1 / 0.1 %, trivial baseline "
+                   "25.0 / 25.0 / 25.0 / ? % at 64 / 128 / 256 / 512 tokens."}
+    assert list(floor_lines(df)) == ["copy", "passkey"]
+    assert floor_lines(df.drop(columns="baseline")) == {}  # runs from before the trivial baseline: no line

@@ -140,7 +140,8 @@ LEGEND = (f"Effective length: the longest evaluated length up to which exact mat
 
 
 def floor_lines(df: pd.DataFrame) -> dict[str, str]:
-    """Per task: 'Floors at L = 64: chance 1.0 / 1.0 / … %, trivial baseline 25.0 / 25.0 / … % (64 … 512 tokens)'."""
+    """Per task with a trivial baseline: 'Floors, L = 64: chance 1.0 / 1.0 / … %, trivial baseline 25.0 / 25.0 / … %
+    at 64 / 128 / … tokens; L = 128: …' ('?' where a number is not known)."""
     out = {}
     for task, g in df.groupby("task", sort=True):
         parts = []
