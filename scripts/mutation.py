@@ -146,8 +146,10 @@ def prepare(group: Group) -> Path:
             shutil.rmtree(work / d)
     for d in ("pe_bench", "configs", "tests"):
         shutil.copytree(ROOT / d, work / d, ignore=shutil.ignore_patterns("__pycache__"))
-    # The committed runs and their reports: tests check the runs' names and rebuild the tables from them.
-    for d in ("default", "tasks", "leaderboard"):
+    # The committed runs and their reports (every committed results folder but this report's own): tests check the
+    # runs' names and rebuild the tables from them.
+    tracked = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for d in sorted({line.split("/")[1] for line in tracked.stdout.splitlines() if line.count("/") > 1} - {"mutation"}):
         shutil.copytree(ROOT / "results" / d, work / "results" / d, ignore=shutil.ignore_patterns("*.png", "*.pt"))
     settings = {
         "source_paths": ["pe_bench"],

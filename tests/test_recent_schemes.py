@@ -693,6 +693,7 @@ def test_path_logits_equal_the_official_reference_and_the_householder_products_b
         P = P @ (torch.eye(8) - beta[0, 1, t] * torch.outer(w[0, 1, t], w[0, 1, t]))
     assert got[0, 1, 7, 2].item() == pytest.approx((q[0, 1, 7] @ P @ k[0, 1, 2]).item(), rel=1e-4, abs=1e-5)
     torch.testing.assert_close(got[..., range(10), range(10)], (q * k).sum(-1))
+    assert not got.triu(1).any()  # 0 above the diagonal
 
 
 @pytest.mark.parametrize("rows", [1, 5, 16, 64, 100, 150])
@@ -715,7 +716,10 @@ def test_path_by_blocks_of_rows_equals_the_explicit_logits(rows):
             j = min(150, i + rows)
             got[..., i:j, :j] = by_rows.block(i, j)
         torch.testing.assert_close(got.tril(), want, rtol=0, atol=tol)
-        torch.testing.assert_close(PathRows(q, k, w, beta).full().tril(), want, rtol=0, atol=tol)
+        torch.testing.assert_close(by_rows.block(70, 90).tril(70), want[..., 70:90, :90], rtol=0, atol=tol)  # again
+        whole = PathRows(q, k, w, beta).full()
+        torch.testing.assert_close(whole.tril(), want, rtol=0, atol=tol)
+        assert not whole.triu(1).any()  # 0 past the diagonal
         torch.testing.assert_close(PathRows(q, k, w, beta).block(70, 90).tril(70), want[..., 70:90, :90], rtol=0,
                                    atol=tol)
 
@@ -759,6 +763,21 @@ def test_path_transforms_are_unit_and_causal():
     w2, _ = path.transforms[0](later)
     torch.testing.assert_close(w2[:, :, :8], w[:, :, :8], rtol=0, atol=0)
     assert not torch.allclose(w2[:, :, 8], w[:, :, 8])
+    w0, beta0 = path.transforms[0](torch.zeros(1, 4, 16))
+    assert not w0.any()  # a zero input: the zero direction (H_t = I), not 0/0
+    torch.testing.assert_close(beta0, 2 * torch.sigmoid(path.transforms[0].beta.bias)[None, :, None].expand(1, 2, 4))
+
+
+def test_path_transforms_have_the_papers_parameters_and_no_others():
+    """Per layer: the low-rank map d_model → rank → H·d without biases, a depthwise causal convolution of width
+    conv_size without bias, and β's linear map d_model → H with its bias."""
+    from pe_bench.schemes.path import PaTH, PaTHOptions
+
+    opts = PaTHOptions()
+    path = PaTH(opts, ModelShape(d_model=16, n_heads=2, head_dim=8, train_seq_len=16, n_layers=1))
+    got = {name: tuple(p.shape) for name, p in path.transforms[0].named_parameters()}
+    assert got == {"down.weight": (opts.rank, 16), "up.weight": (16, opts.rank), "conv.weight": (16, 1, opts.conv_size),
+                   "beta.weight": (2, 16), "beta.bias": (2,)}
 
 
 def test_log_n_scales_by_ln_n_over_ln_l_from_any_training_length():
@@ -768,3 +787,63 @@ def test_log_n_scales_by_ln_n_over_ln_l_from_any_training_length():
 
     scale = logn_beyond(torch.arange(8), 2)
     assert torch.allclose(scale, torch.tensor([1.0, 1.0] + [math.log(n) / math.log(2) for n in range(3, 9)]))
+
+
+def test_pope_frequencies_are_float64_and_only_the_keys_carry_the_clamped_phase_bias():
+    """θ_c = b^(−c/d) in float64; δ is the keys' alone, clamped to [−2π, 0] (a δ above 0 acts as 0, below −2π as
+    −2π); without it (phase_bias: false) keys and queries share their phases; θ is no checkpoint entry; the output
+    keeps the input's dtype; a call without a layer is layer 0's."""
+    from pe_bench.schemes.pope import PoPE, PoPEOptions, pope_frequencies
+
+    theta = pope_frequencies(8, 100.0)
+    assert theta.dtype == torch.float64
+    assert theta.tolist() == [100.0 ** (-c / 8) for c in range(8)]
+    shape = ModelShape(d_model=16, n_heads=2, head_dim=8, train_seq_len=16, n_layers=2)
+    pope = PoPE(PoPEOptions(), shape)
+    assert set(pope.state_dict()) == {"delta"}
+    g = torch.Generator().manual_seed(0)
+    q, k, pos = torch.randn(1, 2, 5, 8, generator=g), torch.randn(1, 2, 5, 8, generator=g), torch.arange(5)
+    plain = PoPE(PoPEOptions(phase_bias=False), shape)
+    assert plain.delta is None and set(plain.state_dict()) == set()
+    q0, k0 = plain.rotate(q, k, pos)
+    torch.testing.assert_close(q0, PoPE(PoPEOptions(phase_bias=False), shape).rotate(k, q, pos)[1] * math.sqrt(2))
+    with torch.no_grad():
+        pope.delta[1].fill_(0.5)  # above 0: clamped to 0
+        pope.delta[0].fill_(-10.0)  # below −2π: clamped to −2π, a whole turn
+    for layer in (0, 1):
+        got_q, got_k = pope.rotate(q, k, pos, layer)
+        torch.testing.assert_close(got_q, q0)
+        torch.testing.assert_close(got_k, k0, rtol=0, atol=1e-5)
+    torch.testing.assert_close(pope.rotate(q, k, pos)[1], pope.rotate(q, k, pos, 0)[1])
+    with torch.no_grad():
+        pope.delta[0].fill_(-1.0)
+    assert not torch.allclose(pope.rotate(q, k, pos)[1], k0)  # a phase bias inside the range acts
+    torch.testing.assert_close(pope.rotate(q, k, pos)[1], pope.rotate(q, k, pos, 0)[1])
+    assert all(x.dtype == torch.bfloat16 for x in pope.rotate(q.bfloat16(), k.bfloat16(), pos))
+
+
+def test_fope_keeps_the_frequencies_completing_a_period_within_L_and_with_none_is_a_fixed_transform():
+    """ω >= 2π/L kept (a frequency of exactly that period too); L below 2π keeps none: no coefficients, every pair
+    padded with C = S = 1 (x ↦ x + rotate_half(x) at every position); an odd head dimension is refused by name; ω is
+    no checkpoint entry, the coefficients are; the output keeps the input's dtype."""
+    from pe_bench.schemes.fope import FoPE, FoPEOptions, fourier_coefficients, kept_frequencies, step_identity
+    from pe_bench.schemes.rope import inv_freq
+
+    base = 103.75289204975388  # ω_1 = base^(−1/2) is 2π/64 to the last bit
+    assert inv_freq(4, base)[1].item() == 2 * math.pi / 64
+    assert kept_frequencies(4, base, 64).tolist() == inv_freq(4, base).tolist()
+    assert kept_frequencies(4, base, 63).tolist() == [1.0]
+    assert kept_frequencies(4, base, 6).numel() == 0
+    assert step_identity(0, 0).shape == (0, 0) and step_identity(3, 0).shape == (3, 0)
+    assert fourier_coefficients(2, 3, 0, 0, 0.3).shape == (2, 3, 0, 0)
+    fope = FoPE(FoPEOptions(), ModelShape(d_model=16, n_heads=2, head_dim=8, train_seq_len=6, n_layers=2))
+    assert fope.omega.numel() == 0 and tuple(fope.cos_coef.shape) == (2, 2, 0, 0)
+    assert set(fope.state_dict()) == {"cos_coef", "sin_coef"}
+    x = torch.randn(1, 2, 5, 8, generator=torch.Generator().manual_seed(0))
+    turned = torch.cat([-x[..., 4:], x[..., :4]], -1)
+    q, k = fope.rotate(x, x, torch.arange(5), 1)
+    torch.testing.assert_close(q, x + turned)
+    torch.testing.assert_close(k, x + turned)
+    assert all(y.dtype == torch.bfloat16 for y in fope.rotate(x.bfloat16(), x.bfloat16(), torch.arange(5)))
+    with pytest.raises(ValueError, match="^fope rotates pairs"):
+        FoPE(FoPEOptions(), ModelShape(d_model=14, n_heads=2, head_dim=7, train_seq_len=16))

@@ -143,10 +143,8 @@ class PathRows(RowBias):
         start = a - a % PATH_ROWS
         if self.chunk is not None and self.chunk[0] == start:
             return self.chunk
-        if self.chunk is None or start < self.chunk[0]:
-            d = self.q.shape[-1]
-            torch.neg(self.pairs[..., d:], out=self.pairs[..., :d])
-            self.chunk = None
+        if self.chunk is not None and start < self.chunk[0]:
+            self.chunk = None  # each step takes its own keys afresh from −k: starting over needs no reset
         at = 0 if self.chunk is None else self.chunk[1]
         while at <= start:
             end = min(self.q.shape[-2], at + PATH_ROWS)
