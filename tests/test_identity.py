@@ -258,3 +258,13 @@ def test_the_identity_hash_is_the_sha256_of_the_sorted_json():
                           .encode()).hexdigest()
     assert digest(d) == want[:8] and digest(d, 12) == want[:12]
     assert digest(dict(reversed(list(d.items())))) == digest(d)  # key order never matters
+
+
+def test_leaving_out_the_late_defaults_leaves_the_config_it_reads_untouched():
+    from pe_bench.runs.naming import _without_late_defaults
+
+    scheme = copy.deepcopy(compose(["scheme=rope"]).scheme)
+    before = copy.deepcopy(scheme)
+    out = _without_late_defaults(scheme)
+    assert "window" in before["scaling"] and "window" not in out["scaling"]  # a nested late option at its default
+    assert scheme == before
