@@ -388,13 +388,28 @@ def run_group(group: Group, recheck: bool) -> dict | None:
     work = prepare(group)
     names = list(group.functions)
     if recheck:
-        names = [n for n, c in verdicts(work, group).items() if c not in KILLED or c in TIMEOUTS]
+        codes = verdicts(work, group)
+        names = [n for n, c in codes.items() if c not in KILLED or c in TIMEOUTS]
+        known = _listed_equivalent(work, [n for n in names if codes[n] in SURVIVED])
+        names = [n for n in names if n not in known]
         if not names:
             print(f"{group.name}: nothing left to recheck")
             return None
     t0 = time.perf_counter()
     run_mutmut(group, work, names)
     return summarize(group, work, time.perf_counter() - t0)
+
+
+def _listed_equivalent(work: Path, names: list[str]) -> set[str]:
+    """The survivors among ``names`` that scripts/mutation_equivalent.toml lists: no test can kill them, and each
+    would run every one of its tests again to survive once more."""
+    equivalent = {(e["function"], e["change"].strip()) for e in load_equivalent()}
+    out = set()
+    for name, (function, change) in mutant_diffs(work, names).items():
+        plus = next((c[1:].strip() for c in change if c.startswith("+")), "")
+        if (function, plus) in equivalent:
+            out.add(name)
+    return out
 
 
 def save(group: Group, summary: dict, keep_before: bool) -> None:

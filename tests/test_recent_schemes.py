@@ -753,6 +753,7 @@ def test_path_transforms_are_unit_and_causal():
     """w is unit-norm per head and β in (0, 2); w_t reads x_{t−2..t} only (the causal convolution of width 3)."""
     from pe_bench.schemes.path import PaTH, PaTHOptions
 
+    torch.manual_seed(0)  # the transforms' initial weights: the same whatever ran before
     path = PaTH(PaTHOptions(), ModelShape(d_model=16, n_heads=2, head_dim=8, train_seq_len=16, n_layers=1))
     x = torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(1))
     w, beta = path.transforms[0](x)
