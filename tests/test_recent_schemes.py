@@ -848,3 +848,24 @@ def test_fope_keeps_the_frequencies_completing_a_period_within_L_and_with_none_i
     assert all(y.dtype == torch.bfloat16 for y in fope.rotate(x.bfloat16(), x.bfloat16(), torch.arange(5)))
     with pytest.raises(ValueError, match="^fope rotates pairs"):
         FoPE(FoPEOptions(), ModelShape(d_model=14, n_heads=2, head_dim=7, train_seq_len=16))
+
+
+@pytest.mark.parametrize("scheme", ["hybrid", "layered"])
+def test_a_hybrid_or_layered_pattern_hands_path_its_own_inputs_and_layer(scheme):
+    """PaTH's logits read the layer input x (its transforms), q, k and the layer: a pattern holding it (hybrid: every
+    layer; layered: the layers it is assigned, here layer 0) gives PaTH's own terms there."""
+    from pe_bench.build import build_model
+
+    cfg = compose([f"scheme={scheme}", "scheme.parts=[{name: path}, {name: alibi}]", "model.n_layers=2",
+                   "model.d_model=32", "model.n_heads=2"])
+    torch.manual_seed(0)
+    pattern = build_model(cfg, vocab_size=64).scheme
+    path = pattern.parts[0]
+    g = torch.Generator().manual_seed(1)
+    x, q, k = torch.randn(1, 6, 32, generator=g), torch.randn(1, 2, 6, 16, generator=g), torch.randn(1, 2, 6, 16, generator=g)
+    with torch.enable_grad():
+        want = path.token_terms(x, q, k, 0)
+        torch.testing.assert_close(pattern.token_terms(x, q, k, 0), want)
+        if scheme == "hybrid":
+            torch.testing.assert_close(pattern.token_terms(x, q, k, 1), path.token_terms(x, q, k, 1))
+            assert not torch.allclose(path.token_terms(x, q, k, 1), want)  # each layer its own transforms

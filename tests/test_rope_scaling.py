@@ -287,17 +287,19 @@ def test_self_extend_refuses_a_fractional_group():
         RoPEScaling(type="self_extend", factor=2.5)
 
 
-def test_dual_chunk_places_queries_and_keys_as_chunkllama_indexes_them():
-    """L = 16: S = ⌊3L/4⌋ = 12, w = L/8 = 2, chunks of C = 10. Key j at j mod 10; query i at i mod 10 for keys of its
-    chunk, min(i mod 10 + 10, 12) for the chunk before, min(19, 12) = 12 farther back (HKUNLP/ChunkLlama's q_t, qc_t,
-    k_t tables), each pair by hand."""
+@pytest.mark.parametrize("L, window, S, C", [(16, None, 12, 10), (18, 8, 13, 5)])
+def test_dual_chunk_places_queries_and_keys_as_chunkllama_indexes_them(L, window, S, C):
+    """S = ⌊3L/4⌋, w = L/8 unless set, chunks of C = S − w. Key j at j mod C; query i at i mod C for keys of its
+    chunk, min(i mod C + C, S) for the chunk before, min(2C − 1, S) farther back (HKUNLP/ChunkLlama's q_t, qc_t, k_t
+    tables), each pair by hand: at L = 16, w = 2 that is min(19, 12) = 12; at L = 18 (3L/4 = 13.5), w = 8 it is
+    min(9, 13) = 9."""
     q, k = qk(T=36)
     pos = torch.arange(36)
-    r = rope_with(L=16, type="dual_chunk")
-    assert r.window == 2 and r.label() == "rope+dual_chunk"
+    r = rope_with(L=L, type="dual_chunk", **({"window": window} if window else {}))
+    assert r.window == S - C and r.label().startswith("rope+dual_chunk")
     got = moved_logits(r, q, k, pos)
     for i in range(36):
         for j in range(i + 1):
-            gap = i // 10 - j // 10
-            a = i % 10 if gap == 0 else (min(i % 10 + 10, 12) if gap == 1 else 12)
-            torch.testing.assert_close(got[0, :, i, j], logit_rope(r, q, k, i, j, a, j % 10), rtol=1e-4, atol=1e-4)
+            gap = i // C - j // C
+            a = i % C if gap == 0 else (min(i % C + C, S) if gap == 1 else min(2 * C - 1, S))
+            torch.testing.assert_close(got[0, :, i, j], logit_rope(r, q, k, i, j, a, j % C), rtol=1e-4, atol=1e-4)

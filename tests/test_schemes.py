@@ -240,3 +240,10 @@ def test_conv_is_a_depthwise_causal_convolution_added_to_the_embeddings():
     padded = torch.cat([torch.zeros(2, 2, 4), x], 1)
     expected = x + sum(w[:, s] * padded[:, s:s + 6] for s in range(3))
     torch.testing.assert_close(out, expected)
+
+
+def test_the_position_span_is_last_minus_first_plus_one_and_one_for_no_positions():
+    from pe_bench.schemes.base import position_span
+
+    assert position_span(torch.arange(3, 8)) == 5 and position_span(torch.tensor([4])) == 1
+    assert position_span(torch.arange(0)) == 1

@@ -60,3 +60,25 @@ def test_layered_pattern_index_equal_to_the_number_of_parts_is_refused():
     """Indices run 0..len(parts) − 1: pattern index 2 with two parts is an error when the options are made."""
     with pytest.raises(ValueError, match=r"scheme.pattern has 2, but scheme.parts has 2 schemes \(indices 0..1\)"):
         LayeredOptions(parts=[{"name": "rope"}, {"name": "nope"}], pattern=[0, 1, 2])
+
+
+def test_layered_local_part_index_equal_to_the_number_of_parts_is_refused():
+    LayeredOptions(parts=[{"name": "rope"}, {"name": "nope"}], local_parts=[1], window=4)  # the last index: fine
+    with pytest.raises(ValueError, match=r"scheme.local_parts has 2, but scheme.parts has 2 schemes"):
+        LayeredOptions(parts=[{"name": "rope"}, {"name": "nope"}], local_parts=[2], window=4)
+
+
+def test_a_local_layer_adds_its_window_to_its_parts_bias_and_only_chunks_are_not_relative():
+    """Sliding windows keep a relative scheme relative (the mask is a function of i − j); fixed chunks do not. A local
+    layer whose part has a bias (ALiBi) keeps it inside the window and −∞ outside."""
+    parts = [{"name": "alibi"}, {"name": "nope"}]
+    sliding = Layered(LayeredOptions(parts=parts, pattern=[0, 1], window=2), shape())
+    chunked = Layered(LayeredOptions(parts=parts, pattern=[0, 1], window=2, chunked=True), shape())
+    assert sliding.relative and not chunked.relative
+    assert sliding.flex_problem() == "its local attention windows have no score_mod"
+    pos = torch.arange(5)
+    got, alibi = sliding.score_bias(pos, pos, 0), sliding.parts[0].score_bias(pos, pos, 0)
+    outside = (pos[:, None] - pos[None, :]) >= 2
+    assert torch.isneginf(got[:, outside]).all()
+    torch.testing.assert_close(got[:, ~outside], alibi[:, ~outside])
+    assert sliding.score_bias(pos, pos, 1) is None  # the global layer's part has no bias
