@@ -303,3 +303,20 @@ def test_dual_chunk_places_queries_and_keys_as_chunkllama_indexes_them(L, window
             gap = i // C - j // C
             a = i % C if gap == 0 else (min(i % C + C, S) if gap == 1 else min(2 * C - 1, S))
             torch.testing.assert_close(got[0, :, i, j], logit_rope(r, q, k, i, j, a, j % C), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("L, type, global_tokens, window", [
+    (9, "lm_infinite", 10, 9), (9, "streaming", 4, 5), (4, "streaming", 4, 1), (9, "self_extend", 4, 4),
+    (2, "self_extend", 4, 1), (18, "dual_chunk", 4, 2), (8, "dual_chunk", 4, 1), (9, "rerope", 4, 9)])
+def test_the_default_sinks_and_window_of_each_method(L, type, global_tokens, window):
+    """LM-Infinite keeps 10 global tokens, the others 4 sinks; the window is ⌊L/2⌋ for Self-Extend's neighbours,
+    L − n for StreamingLLM's recent keys, ⌊L/8⌋ for dual chunk attention (at least 1 each), L otherwise."""
+    r = rope_with(L=L, type=type)
+    assert (r.global_tokens, r.window) == (global_tokens, window)
+
+
+def test_dual_chunk_refuses_a_window_that_leaves_no_chunk():
+    """Chunks of C = ⌊3L/4⌋ − w tokens: at L = 16, w = 11 leaves chunks of 1, w = 12 none."""
+    assert rope_with(L=16, type="dual_chunk", window=11).window == 11
+    with pytest.raises(ValueError, match="scheme.scaling.window=12 leaves no chunk"):
+        rope_with(L=16, type="dual_chunk", window=12)
