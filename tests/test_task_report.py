@@ -184,7 +184,7 @@ def test_the_committed_task_runs_rebuild_the_committed_task_tables_and_leaderboa
     root = Path(__file__).resolve().parent.parent / "results"
     r = runner.invoke(app, ["report", str(root / "tasks" / "runs"), "--out", str(tmp_path / "t"), "--no-plots"])
     assert r.exit_code == 0, r.output
-    for name in ("accuracy.csv", "accuracy_long.csv", "leaderboard.csv"):
+    for name in ("accuracy.csv", "accuracy_long.csv", "leaderboard.csv", "accuracy.md", "leaderboard.md"):
         assert (tmp_path / "t" / name).read_bytes() == (root / "tasks" / name).read_bytes(), name
     board = pd.read_csv(root / "leaderboard" / "leaderboard.csv")
     assert board.equals(pd.read_csv(tmp_path / "t" / "leaderboard.csv"))
