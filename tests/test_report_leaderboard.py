@@ -344,3 +344,19 @@ def test_the_floor_lines_give_chance_and_the_trivial_baseline_per_task_and_train
                    "25.0 / 25.0 / 25.0 / ? % at 64 / 128 / 256 / 512 tokens."}
     assert list(floor_lines(df)) == ["copy", "passkey"]
     assert floor_lines(df.drop(columns="baseline")) == {}  # runs from before the trivial baseline: no line
+
+
+def test_an_effective_length_cell_by_status_and_view():
+    """The effective view names any row not 'ok' by its status; the absolute view gives lengths to a row that is ok,
+    not learnt at L or at chance at L (all with a number at L), never to a diverged one; no length at all is '< L'."""
+    def row(status: str, at_L: float = 0.5) -> pd.Series:
+        return pd.Series({"status": status, "at_L": at_L, "L": 32, "longest_evaluated": 256,
+                          "effective_length": 64, "effective_lo": 32, "effective_hi": 256,
+                          "absolute_length": float("nan"), "absolute_lo": None, "absolute_hi": 128})
+    assert effective_cell(row("ok")) == "2L [L, ≥ 8L]"
+    for status in ("ok", NOT_LEARNT, "at chance at L"):
+        assert effective_cell(row(status), "absolute") == "< L [< L, 4L]", status
+    for status in (NOT_LEARNT, "at chance at L", "diverged"):
+        assert effective_cell(row(status)) == status
+    assert effective_cell(row("diverged"), "absolute") == "diverged"
+    assert effective_cell(row(NOT_LEARNT, float("nan")), "absolute") == NOT_LEARNT  # no number at L
