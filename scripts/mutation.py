@@ -245,6 +245,11 @@ def mutant_diffs(work: Path, names: list[str]) -> dict[str, tuple[str, list[str]
     return out
 
 
+def _plus_line(change: list[str]) -> str:
+    """The mutated line of a mutant's change ('-old' / '+new' lines), as the equivalence listing keys it."""
+    return next((c[1:].strip() for c in change if c.startswith("+")), "")
+
+
 def load_equivalent() -> list[dict]:
     """[[mutant]] entries: function, change (the '+' line), reason."""
     if not EQUIVALENT.exists():
@@ -270,7 +275,7 @@ def summarize(group: Group, work: Path, seconds: float) -> dict:
             m["killed"] += 1
             continue
         function, change = diffs.get(name, ("?", []))
-        plus = next((c[1:].strip() for c in change if c.startswith("+")), "")
+        plus = _plus_line(change)
         reason = None
         for i, e in enumerate(equivalent):
             if e["function"] == function and e["change"].strip() == plus:
@@ -406,7 +411,7 @@ def _listed_equivalent(work: Path, names: list[str]) -> set[str]:
     equivalent = {(e["function"], e["change"].strip()) for e in load_equivalent()}
     out = set()
     for name, (function, change) in mutant_diffs(work, names).items():
-        plus = next((c[1:].strip() for c in change if c.startswith("+")), "")
+        plus = _plus_line(change)
         if (function, plus) in equivalent:
             out.add(name)
     return out
