@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from pe_bench.cli import app
 from pe_bench.config import compose
-from pe_bench.runs import Run, digest, file_sha256, identity, run_dir_for, write_csv
+from pe_bench.runs import Run, RunFileError, digest, file_sha256, identity, run_dir_for, write_csv
 
 runner = CliRunner()
 TINY = ["scheme=nope", "train=smoke", "eval=smoke", "model.n_layers=1", "model.d_model=32"]
@@ -104,6 +105,34 @@ def test_config_yaml_is_written_once_and_never_rewritten_by_evaluation(run):
     assert r.exit_code == 0, r.output
     assert len(pd.read_csv(run / "eval.csv")) > rows
     assert (run / "config.yaml").read_bytes() == before and (run / "config.yaml").stat().st_ino == inode
+
+
+def test_a_runs_config_is_what_its_file_says_now_and_a_copy_the_caller_may_change(run, monkeypatch):
+    """Run.load_config parses config.yaml once per text: a second call gives an equal, separate Config without
+    parsing again; an edited file (or a stickbreaking config without the later ``remainder``) is read anew."""
+    from pe_bench.config import from_yaml_text
+    from pe_bench.runs import directory
+
+    r = Run(run)
+    parsed = []
+    monkeypatch.setattr(directory, "from_yaml_text", lambda text: parsed.append(text) or from_yaml_text(text))
+    first = r.load_config()
+    first.model.n_layers = 7
+    assert r.load_config().model.n_layers == 1 and len(parsed) == 1
+    assert r.legacy_options() == {} and r.legacy_options() == {}
+    text = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(text.replace("n_layers: 1", "n_layers: 3"))
+    assert r.load_config().model.n_layers == 3 and len(parsed) == 2
+    raw = yaml.safe_load(text)
+    raw["scheme"] = {k: v for k, v in compose(["scheme=stickbreaking"]).scheme.items() if k != "remainder"}
+    (run / "config.yaml").write_text(yaml.safe_dump(raw))
+    assert r.legacy_options() == {"remainder": False}
+    got = r.legacy_options()
+    got["remainder"] = True
+    assert r.legacy_options() == {"remainder": False}
+    (run / "config.yaml").write_text("scheme: [unclosed\n")
+    with pytest.raises(RunFileError, match="config.yaml is unreadable"):
+        r.legacy_options()
 
 
 def test_a_failed_write_leaves_the_previous_file_whole_and_no_temporary_file(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ value of the wrong type, an unknown scheme or preset) becomes one :class:`Config
 """
 
 from pe_bench.config.compose import (apply_overrides, check_override_words, compose, finetune_parent, from_yaml,
-                                     hydra_quoted, to_dict, to_yaml)
+                                     from_yaml_text, hydra_quoted, to_dict, to_yaml)
 from pe_bench.config.lengths import eval_lengths, reference_length, run_lengths
 from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, GROUPS, AttentionConfig, Config, DataConfig,
                                     EvalConfig, FinetuneConfig, LoggerConfig, ModelConfig, SplitFiles, TrainConfig,
@@ -28,6 +28,7 @@ from pe_bench.config.task_options import task_options
 __all__ = ["CHOICES", "DATA_READS", "EVAL_MODES", "GROUPS", "AttentionConfig", "Config", "ConfigError", "DataConfig",
            "EvalConfig", "FinetuneConfig", "LoggerConfig", "ModelConfig", "SchemeSpec", "SplitFiles", "TrainConfig",
            "apply_overrides", "check_override_words", "check_scheme", "compose", "config_dir",
-           "eval_lengths", "finetune_parent", "fixed_option_changes", "from_yaml", "hydra_quoted", "model_shape",
+           "eval_lengths", "finetune_parent", "fixed_option_changes", "from_yaml", "from_yaml_text", "hydra_quoted",
+           "model_shape",
            "omegaconf_message", "preset_dirs", "preset_names", "preset_path", "reference_length", "run_lengths",
            "scheme_spec", "task_options", "to_dict", "to_yaml", "validate", "with_options"]

@@ -4,6 +4,7 @@ saved config; YAML in and out. The only place that knows Hydra."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -225,7 +226,12 @@ def to_yaml(cfg: Config) -> str:
 def from_yaml(path: Path) -> Config:
     """A saved config (a run's config.yaml); options added since with a model-changing default are read with the
     value its run was made with (``Scheme.legacy_options``)."""
-    raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    return from_yaml_text(path.read_text(encoding="utf-8"))
+
+
+def from_yaml_text(text: str) -> Config:
+    """:func:`from_yaml` of a config file's text."""
+    raw = OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False)
     if isinstance(raw, dict) and "scheme" in raw:
         raw["scheme"] = schemes.with_legacy_options(raw["scheme"])
     return validate(raw)

@@ -143,7 +143,7 @@ def read_windows(run: Run) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
         return {}
     rows, columns = read_whole_csv(path, None, WINDOW_REQUIRED)
     for i, r in enumerate(rows, 2):  # a field too many or too few: csv gives it the key None or the value None
-        if None in r or any(v is None for v in r.values()):
+        if None in r or None in r.values():
             raise RunFileError(f"{path} line {i} has the wrong number of fields (truncated or edited)")
     w = pd.DataFrame(rows, columns=columns, dtype=str)
     for c, old in (("S", ""), ("precision", ""), ("warmup", "0")):  # columns older files lack: their value then

@@ -20,7 +20,7 @@ from rich.table import Table
 from pe_bench import markdown, stats
 from pe_bench.config import ConfigError
 from pe_bench.report.collect import FINETUNE_COLUMNS, Collected
-from pe_bench.report.files import STATUS_CELL, window_key
+from pe_bench.report.files import STATUS_CELL, WINDOW_KEY, window_key
 from pe_bench.runs import atomic_write_text
 
 MODES = ("nonoverlapping", "sliding")
@@ -30,7 +30,7 @@ def _cell_windows(col: Collected, rows: pd.DataFrame) -> dict[int, tuple[np.ndar
     """seed → per-window (nll, tokens) for the rows of one table cell; None if any seed lacks them (rows whose
     windows disagree never get here: :func:`collect_all` leaves their run out)."""
     out = {}
-    for r in rows.itertuples():
+    for r in rows[[c for c in ("run", "seed", *WINDOW_KEY) if c in rows.columns]].itertuples(index=False):
         w = col.windows.get(window_key(r.run, r))
         if w is None:
             return None

@@ -10,6 +10,7 @@ results/runs/<name>/ (the name: pe_bench.runs.naming)
 
 from __future__ import annotations
 
+import copy
 import errno
 import fcntl
 import json
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pe_bench import schemes, tasks
 from pe_bench.atomic import atomic_write_text
-from pe_bench.config import Config, ConfigError, from_yaml, to_yaml, validate
+from pe_bench.config import Config, ConfigError, from_yaml_text, to_yaml, validate
 from pe_bench.runs.meta import RunFileError, RunMeta, Status
 from pe_bench.runs.naming import checkpoint_identity, digest, identity, run_dir_for
 from pe_bench.runs.provenance import environment
@@ -57,6 +58,7 @@ class Run:
         self.accuracy_csv = self.path / "accuracy.csv"
         self.accuracy_dev_csv = self.path / "accuracy_dev.csv"  # eval.heldout=dev: development examples, never reported
         self.checkpoint = self.path / CHECKPOINT
+        self._parsed: dict[str, Any] = {}  # what was read of config.yaml, by reader, with the text it was read from
 
     @classmethod
     def for_config(cls, cfg: Config) -> Run:
@@ -84,16 +86,25 @@ class Run:
         import yaml
 
         try:
-            scheme = (yaml.safe_load(self.config.read_text(encoding="utf-8")) or {}).get("scheme") or {}
+            text = self.config.read_text(encoding="utf-8")
+            if "legacy" not in self._parsed or self._parsed["legacy"][0] != text:
+                raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+                scheme = raw.get("scheme") or {}
+                lacking = schemes.lacking_legacy_options(scheme) if isinstance(scheme, dict) else {}
+                self._parsed["legacy"] = text, lacking
         except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as e:
             raise RunFileError(f"{self.config} is unreadable ({_first_line(e)}); move the run directory away "
                                "or delete it") from None
-        return schemes.lacking_legacy_options(scheme) if isinstance(scheme, dict) else {}
+        return dict(self._parsed["legacy"][1])
 
     def load_config(self) -> Config:
-        """The run's saved config; an unreadable or invalid file is one RunFileError line naming it."""
+        """The run's saved config; an unreadable or invalid file is one RunFileError line naming it. The file is
+        read on every call and parsed again only when its text changed (a report asks a run's config many times)."""
         try:
-            return from_yaml(self.config)
+            text = self.config.read_text(encoding="utf-8")
+            if "config" not in self._parsed or self._parsed["config"][0] != text:
+                self._parsed["config"] = text, from_yaml_text(text)
+            return copy.deepcopy(self._parsed["config"][1])
         except ConfigError as e:
             missing = self._missing_plugins()
             if missing:

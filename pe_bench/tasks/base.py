@@ -222,7 +222,10 @@ class SyntheticTask(Task):
     def dev_set(self, n: int, count: int, depth: float | None = None) -> Batch:
         """``count`` development examples at length n (as :meth:`heldout_set`, from the DEV_SEED stream), none equal
         to an example of the test set at the same length and depth."""
-        test = self.heldout_set(n, count, depth)
+        return self._dev_avoiding(self.heldout_set(n, count, depth), n, count, depth)
+
+    def _dev_avoiding(self, test: Batch, n: int, count: int, depth: float | None) -> Batch:
+        """:meth:`dev_set` given the test set ``test`` at length n and depth ``depth``."""
         seen = {_example_key(x, y) for x, y in zip(test.x.numpy(), test.y.numpy())}
         rng = np.random.default_rng([DEV_SEED, zlib.crc32(self.name.encode()), n, 1001 if depth is None
                                      else round(depth * 1000)])
@@ -247,7 +250,8 @@ class SyntheticTask(Task):
         """Exact match at length n of the best answer that does not read the question: the most frequent answer of
         the development examples given to every test example, or (where the task names its candidates) a uniformly
         random answer among those the context offers, in expectation — whichever is higher."""
-        dev, test = self.dev_set(n, count, depth), self.heldout_set(n, count, depth)
+        test = self.heldout_set(n, count, depth)
+        dev = self._dev_avoiding(test, n, count, depth)
         answers = [tuple(y[m].tolist()) for y, m in zip(test.y.numpy(), test.mask.numpy())]
         common = Counter(tuple(y[m].tolist()) for y, m in zip(dev.y.numpy(), dev.mask.numpy())).most_common(1)[0][0]
         best = sum(a == common for a in answers) / len(answers)
