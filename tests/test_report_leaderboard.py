@@ -360,3 +360,36 @@ def test_an_effective_length_cell_by_status_and_view():
         assert effective_cell(row(status)) == status
     assert effective_cell(row("diverged"), "absolute") == "diverged"
     assert effective_cell(row(NOT_LEARNT, float("nan")), "absolute") == NOT_LEARNT  # no number at L
+
+
+def test_the_leaderboard_page_has_the_extra_columns_beside_both_summaries_and_each_task_in_name_order(tmp_path):
+    """leaderboard.md with columns by scheme beside the effective lengths (the perplexity of the language-model runs):
+    a scheme without them reads '—'; each task's section comes in name order whatever the board's row order; a row
+    not evaluated at L has '—' for its exact match there; every task without a chance is named."""
+    from pe_bench.report.leaderboard import write_leaderboard_files
+
+    df = frame(rows("alibi", [396, 380, 200, 10]), rows("t5", [400, 400, 399, 398]),
+               [r for r in rows("nope", [392, 20, 0, 0]) if r["L_eval"] != 32],
+               rows("alibi", [396, 380, 200, 10], task="bcount", chance=float("nan")),
+               rows("alibi", [396, 396, 200, 10], task="abc", chance=float("nan")))
+    extra = pd.DataFrame({"perplexity 8L/L (L=32)": [1.5]}, index=pd.Index(["alibi"], name="scheme"))
+    board = leaderboard(df)
+    md = leaderboard_markdown(board.iloc[::-1], "t", extra)
+    relative, absolute = md.index("**Effective length (relative)**"), md.index("**Effective length (absolute)**")
+    for part in (md[relative:absolute], md[absolute:md.index("\n## ")]):
+        assert "| scheme | L | abc | bcount | copy | perplexity 8L/L (L=32) |" in part
+        assert "| alibi | 32 |" in part and part.split("| alibi | 32 |")[1].split("\n")[0].endswith("| 1.5 |")
+        assert part.split("| t5 | 32 |")[1].split("\n")[0].endswith("| — |")
+    assert md.index("\n## abc\n") < md.index("\n## bcount\n") < md.index("\n## copy\n")
+    assert "| nope | 32 | — | not evaluated at L |" in md
+    assert "Chance unknown (the task defines no `chance()`), so 0 is the floor: abc, bcount.\n" in md
+    write_leaderboard_files(df, board, tmp_path, "t", extra)
+    assert "| perplexity 8L/L (L=32) |" in (tmp_path / "leaderboard.md").read_text()
+
+
+def test_the_accuracy_page_names_every_number_of_examples_a_task_was_scored_on(tmp_path):
+    from pe_bench.report.accuracy import write_accuracy_files
+
+    fewer = [{**r, "examples": 200, "solved": r["solved"] // 2} for r in rows("t5", [400, 400, 399, 398], seed=1)]
+    write_accuracy_files(acc(frame(rows("alibi", [396, 380, 200, 10]), fewer)), tmp_path, "t")
+    assert "200, 400 held-out examples per length)" in (tmp_path / "accuracy.md").read_text()

@@ -174,7 +174,7 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | 
     for view, sentence in (("effective", RELATIVE_SENTENCE), ("absolute", ABSOLUTE_SENTENCE)):
         t = summary_table(board, view)
         if extra is not None:
-            t = t.join(extra, on="scheme").fillna("—")
+            t = t.join(extra, on="scheme").astype(object).fillna("—")
         md += ["\n", sentence, "\n\n", markdown.table(["scheme", "L", *t.columns],
                                                      [[s, L, *row.tolist()] for (s, L), row in t.iterrows()])]
     for task, g in board.groupby("task", sort=True):
