@@ -393,3 +393,22 @@ def test_the_accuracy_page_names_every_number_of_examples_a_task_was_scored_on(t
     fewer = [{**r, "examples": 200, "solved": r["solved"] // 2} for r in rows("t5", [400, 400, 399, 398], seed=1)]
     write_accuracy_files(acc(frame(rows("alibi", [396, 380, 200, 10]), fewer)), tmp_path, "t")
     assert "200, 400 held-out examples per length)" in (tmp_path / "accuracy.md").read_text()
+
+
+def test_a_leaderboard_row_at_chance_at_L_or_not_evaluated_at_L_says_so_and_a_diverged_one_has_no_interval():
+    df = frame(rows("rope", [396, 396, 300, 0], task="flipflop", chance=0.995),  # learnt (99 %) but not above chance
+               [r for r in rows("nope", [392, 20, 0, 0]) if r["L_eval"] != 32],
+               rows("alibi", [0, 0, 0, 0], status="diverged"))
+    b = leaderboard(df).set_index("scheme")
+    assert b.loc["rope", "status"] == "at chance at L" and pd.isna(b.loc["rope", "effective_length"])
+    assert b.loc["nope", "status"] == "not evaluated at L" and b.loc["nope", "interval"] == "Wilson, 400 examples"
+    assert b.loc["alibi", "status"] == "diverged" and b.loc["alibi", "interval"] == ""
+
+
+def test_effective_ratios_are_the_length_over_L_to_four_decimals():
+    """Lengths that are not powers of two times L: 1.5L for the effective length, 32/24 for the absolute one."""
+    relative = [{**r, "L_eval": n} for r, n in zip(rows("alibi", [396, 390, 0]), (32, 48, 64))]
+    absolute = [{**r, "L_train": 24, "L_eval": n} for r, n in zip(rows("t5", [396, 390, 0], L=24), (24, 32, 40))]
+    b = leaderboard(frame(relative, absolute)).set_index("scheme")
+    assert b.loc["alibi", "effective_ratio"] == 1.5 and b.loc["alibi", "absolute_ratio"] == 1.5
+    assert b.loc["t5", "effective_ratio"] == 1.3333 and b.loc["t5", "absolute_ratio"] == 1.3333
