@@ -74,7 +74,7 @@ def _entry(task: str, label: str, L: int, g: pd.DataFrame) -> dict:
     lo, hi = _longest(g, "lo", target), _longest(g, "hi", target)
     e = g[g["L_eval"] == eff].iloc[0]
     return {**base, "effective_length": eff, "effective_ratio": round(eff / L, 4), "effective_lo": lo or "",
-            "effective_hi": hi, "longest_evaluated": int(g["L_eval"].max()), "at_effective": e["mean"],
+            "effective_hi": hi, "at_effective": e["mean"],
             "at_effective_lo": e["lo"], "at_effective_hi": e["hi"], "chance_at_effective": e["chance_given"],
             "baseline_at_effective": e["baseline"], "status": "ok"}
 
