@@ -412,3 +412,25 @@ def test_effective_ratios_are_the_length_over_L_to_four_decimals():
     b = leaderboard(frame(relative, absolute)).set_index("scheme")
     assert b.loc["alibi", "effective_ratio"] == 1.5 and b.loc["alibi", "absolute_ratio"] == 1.5
     assert b.loc["t5", "effective_ratio"] == 1.3333 and b.loc["t5", "absolute_ratio"] == 1.3333
+
+
+def test_accuracy_table_cells_a_row_lacks_its_seed_counts_and_the_interval_of_its_full_seed_cells():
+    """'—' at a length another row was evaluated at; '(2 seeds)' in a row of three; the interval named by the cells
+    with all the row's seeds (not the first cell's); none for a row with no number."""
+    df = frame(rows("t5", [400, 380, 300, 10]), rows("t5", [398, 370, 320, 30], seed=1),
+               rows("t5", [398, 370, 320], seed=2), rows("alibi", [396, 200]),
+               rows("rope", [396, 380, 300, 100]), [r for r in rows("rope", [396, 380, 300, 100], seed=1)
+                                                    if r["L_eval"] != 32],
+               rows("nope", [0, 0, 0, 0], status="diverged"))
+    t = accuracy_table(df, "copy")
+    assert t.loc[("t5", 32), "256"].endswith(" (2 seeds)") and t.loc[("t5", 32), "seeds"] == "3"
+    assert list(t.loc[("alibi", 32), ["128", "256"]]) == ["—", "—"]
+    assert t.loc[("rope", 32), "32"].endswith("(1 seed)") and t.loc[("rope", 32), "interval"] == "t, 2 seeds"
+    assert t.loc[("nope", 32), "interval"] == "" and t.loc[("nope", 32), "32"] == "diverged"
+
+
+def test_an_evaluation_variant_whose_task_has_no_number_at_L_keeps_its_own_cell_at_L():
+    df = frame([r for r in rows("rope", [396, 390, 300, 100], task="flipflop") if r["L_eval"] != 32],
+               rows("rope", [100, 40, 10, 0], task="flipflop[ignore_prob=0.1]"))
+    t = accuracy_table(df, "flipflop[ignore_prob=0.1]")
+    assert t.loc[("rope", 32), "32"].startswith("25.0 [") and t.loc[("rope", 32), "64"] == "no number at L"
