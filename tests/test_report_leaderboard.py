@@ -434,3 +434,31 @@ def test_an_evaluation_variant_whose_task_has_no_number_at_L_keeps_its_own_cell_
                rows("rope", [100, 40, 10, 0], task="flipflop[ignore_prob=0.1]"))
     t = accuracy_table(df, "flipflop[ignore_prob=0.1]")
     assert t.loc[("rope", 32), "32"].startswith("25.0 [") and t.loc[("rope", 32), "64"] == "no number at L"
+
+
+def test_a_row_exactly_at_the_learnt_threshold_is_learnt_and_one_missing_a_seed_at_L_has_no_number_there():
+    """Exact match at L of exactly LEARNT_AT_L (360 of 400) is learnt; a row whose second seed has no number at L
+    (nan there, numbers beyond) has no exact match at L, so its beyond-L cells say so instead of borrowing the first
+    seed's."""
+    from pe_bench.report.accuracy import LEARNT_AT_L, NO_L
+
+    assert 360 / N == LEARNT_AT_L
+    gap = [{**r, "status": "nonfinite", "exact_match": float("nan")} if r["L_eval"] == 32 else r
+           for r in rows("t5", [398, 370, 320, 30], seed=1)]
+    df = frame(rows("alibi", [360, 300, 100, 0]), rows("t5", [400, 380, 300, 10]), gap)
+    t = accuracy_table(df, "copy")
+    assert t.loc[("alibi", 32), "64"].startswith("75.0 [")
+    assert t.loc[("t5", 32), "32"] == "nan" and list(t.loc[("t5", 32), ["64", "128", "256"]]) == [NO_L] * 3
+
+
+def test_an_evaluation_variant_whose_option_value_has_brackets_is_learnt_when_its_task_is():
+    df = frame(rows("rope", [396, 390, 300, 100]), rows("rope", [100, 40, 10, 0], task="copy[keys=[1, 2]]"))
+    assert accuracy_table(df, "copy[keys=[1, 2]]").loc[("rope", 32), "64"].startswith("10.0 [")
+
+
+def test_the_status_order_is_alphabetical():
+    """per_seed takes a cell's worst status by STATUS_ORDER; that the order is also alphabetical is what
+    scripts/mutation_equivalent.toml relies on to call a plain min() equivalent: a new status breaking it must say so."""
+    from pe_bench.report.accuracy import STATUS_ORDER
+
+    assert list(STATUS_ORDER) == sorted(STATUS_ORDER)
