@@ -578,6 +578,69 @@ def test_an_extension_cell_is_the_mean_and_the_sample_std_over_seeds_and_never_a
     assert _cell(two.assign(status=["ok", "diverged"])) == "diverged"
 
 
+def _extension_rows() -> pd.DataFrame:
+    """A parent configuration P (two seeds, plain and evaluated with YaRN's options), its YaRN fine-tunes at 10 and 2
+    steps (in that order), one with a diverged seed at 64, and a fine-tune of a parent Q not in the rows; every row
+    also as a sliding-window and a test-split copy with other numbers."""
+    rows = []
+
+    def add(run, scheme, bare, parent, method, steps, seed, ppl, lengths=(32, 64), status="ok", config=""):
+        for n, v in zip(lengths, ppl):
+            for mode, split, shift in (("nonoverlapping", "validation", 0), ("sliding", "validation", 100),
+                                       ("nonoverlapping", "test", 200)):
+                rows.append({"run": run, "scheme": scheme, "bare": bare, "ft_parent": parent, "ft_method": method,
+                             "ft_steps": steps, "config": config or run, "seed": seed, "L_train": 32, "L_eval": n,
+                             "mode": mode, "split": split, "ppl": v + shift, "budget": "all", "precision": "fp32",
+                             "status": status if n == 64 else "ok"})
+
+    for seed, base in ((0, 10.0), (1, 12.0)):
+        run = f"rope-tiny-L32-s{seed}-0000000{seed}"
+        add(run, "rope", "P", "", "rope @32", 0, seed, (base, base * 4))
+        add(run, "rope+yarn×8", "P", "", "rope+yarn×8 @32", 0, seed, (base, base * 2))
+    for steps, config in ((10, "F10"), (2, "F2")):
+        for seed in (0, 1):
+            add(f"ft{steps}-s{seed}", "rope+yarn×8", "P1", "P", "rope+yarn×8 @64 · train.batch_size=2", steps, seed,
+                (9.0 + seed, 5.0 + steps / 10 + seed), status="diverged" if (steps, seed) == (2, 1) else "ok",
+                config=config)
+    add("orphan-s0", "rope", "Q1", "Q", "rope @128", 5, 0, (8.0, 6.0, 4.0), lengths=(32, 64, 128), config="O")
+    return pd.DataFrame(rows)
+
+
+def test_the_extension_table_is_a_row_per_parent_method_and_budget_starting_from_the_parent_itself(tmp_path):
+    """Budget 0 is the parent evaluated with the method's options; budgets follow in step order; the parent is named
+    by its runs without seed and hash, or said to be missing; '—' where a row was not evaluated; only the asked mode
+    and split (non-overlapping, validation by default)."""
+    from pe_bench.report.collect import Collected
+    from pe_bench.report.extension import extension_table, write_extension
+
+    t = extension_table(Collected(_extension_rows()))
+    assert list(t.columns) == ["parent", "method", "L_ft", "steps", "L", "tokens", "32", "64", "128", "seeds"]
+    yarn = "rope+yarn×8 @64 · train.batch_size=2"
+    assert t.values.tolist() == [
+        ["rope-tiny-L32", yarn, 64, 0, 32, "all", "11.000 ± 1.414", "22.000 ± 2.828", "—", 2],
+        ["rope-tiny-L32", yarn, 64, 2, 32, "all", "9.500 ± 0.707", "diverged", "—", 2],
+        ["rope-tiny-L32", yarn, 64, 10, 32, "all", "9.500 ± 0.707", "6.500 ± 0.707", "—", 2],
+        ["(parent configuration Q not in this report)", "rope @128", 128, 5, 32, "all", 8.0, 6.0, 4.0, 1]]
+    test = extension_table(Collected(_extension_rows()), split="test")
+    assert test["32"].tolist()[:1] == ["211.000 ± 1.414"] and len(test) == 4
+    assert extension_table(Collected(_extension_rows()), "sliding")["64"].tolist()[-1] == 106.0
+    only_parents = _extension_rows().query("ft_parent == ''")
+    assert extension_table(Collected(only_parents)).empty and extension_table(Collected(pd.DataFrame())).empty
+    orphan = extension_table(Collected(_extension_rows().query("bare == 'Q1'")))
+    assert orphan["parent"].tolist() == ["(parent configuration Q not in this report)"]
+    assert write_extension(extension_table(Collected(only_parents)), tmp_path / "none") == []
+    assert not (tmp_path / "none").exists()
+    paths = write_extension(t, tmp_path / "ext", "Extension", split="test")
+    assert [p.name for p in paths] == ["extension.csv", "extension.md"]
+    md = (tmp_path / "ext" / "extension.md").read_text()
+    assert md.startswith("# Extension\n\n## Perplexity after fine-tuning, by method and budget (non-overlapping "
+                         "blocks, test split;")
+    assert f"| rope-tiny-L32 | {yarn} | 64 | 2 | 32 | all | 9.500 ± 0.707 | diverged | — | 2 |" in md
+    assert pd.read_csv(paths[0]).shape == (4, 10)
+    untitled = write_extension(t, tmp_path / "untitled")[1].read_text()
+    assert untitled.startswith("## Perplexity after fine-tuning") and "validation split" in untitled
+
+
 def test_an_extension_curve_is_the_numbers_of_one_method_at_one_length_in_step_order_without_the_labels():
     from pe_bench.report.extension import curve
 

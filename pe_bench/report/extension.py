@@ -24,7 +24,7 @@ def extension_table(col: Collected, mode: str = "nonoverlapping", split: str = "
     eval length ('± std' with several seeds; 'diverged'/'nan'/'n/a' where a seed gave no number — never averaged in; '—' not evaluated), and the
     number of seeds. Empty without fine-tuned runs."""
     d = col.df
-    if d.empty or "ft_parent" not in d or not (d["ft_parent"] != "").any():
+    if d.empty:  # Collected gives every non-empty frame its 'ft_parent' ('' for a run that is not a fine-tune)
         return pd.DataFrame()
     d = d[(d["mode"] == mode) & (d["split"] == split)]
     fine = d[d["ft_parent"] != ""]
