@@ -580,8 +580,9 @@ def test_an_extension_cell_is_the_mean_and_the_sample_std_over_seeds_and_never_a
 
 def _extension_rows() -> pd.DataFrame:
     """A parent configuration P (two seeds, plain and evaluated with YaRN's options), its YaRN fine-tunes at 10 and 2
-    steps (in that order), one with a diverged seed at 64, and a fine-tune of a parent Q not in the rows; every row
-    also as a sliding-window and a test-split copy with other numbers."""
+    steps (in that order), one with a diverged seed at 64; a fine-tune of a parent A not in the rows; a parent T and
+    its fine-tune with one row each, under a scheme label with an '@' of its own. Every row also as a sliding-window
+    and a test-split copy with other numbers."""
     rows = []
 
     def add(run, scheme, bare, parent, method, steps, seed, ppl, lengths=(32, 64), status="ok", config=""):
@@ -602,7 +603,9 @@ def _extension_rows() -> pd.DataFrame:
             add(f"ft{steps}-s{seed}", "rope+yarn×8", "P1", "P", "rope+yarn×8 @64 · train.batch_size=2", steps, seed,
                 (9.0 + seed, 5.0 + steps / 10 + seed), status="diverged" if (steps, seed) == (2, 1) else "ok",
                 config=config)
-    add("orphan-s0", "rope", "Q1", "Q", "rope @128", 5, 0, (8.0, 6.0, 4.0), lengths=(32, 64, 128), config="O")
+    add("orphan-s0", "rope", "A1", "A", "rope @128", 5, 0, (8.0, 6.0, 4.0), lengths=(32, 64, 128), config="O")
+    add("t5-tiny-L32-s0-00000009", "t5", "T", "", "t5 @32", 0, 0, (7.0,), lengths=(32,))
+    add("t5ft-s0", "t5", "T1", "T", "t5@v2 @64", 3, 0, (6.0,), lengths=(32,), config="T3")
     return pd.DataFrame(rows)
 
 
@@ -620,24 +623,27 @@ def test_the_extension_table_is_a_row_per_parent_method_and_budget_starting_from
         ["rope-tiny-L32", yarn, 64, 0, 32, "all", "11.000 ± 1.414", "22.000 ± 2.828", "—", 2],
         ["rope-tiny-L32", yarn, 64, 2, 32, "all", "9.500 ± 0.707", "diverged", "—", 2],
         ["rope-tiny-L32", yarn, 64, 10, 32, "all", "9.500 ± 0.707", "6.500 ± 0.707", "—", 2],
-        ["(parent configuration Q not in this report)", "rope @128", 128, 5, 32, "all", 8.0, 6.0, 4.0, 1]]
+        ["(parent configuration A not in this report)", "rope @128", 128, 5, 32, "all", 8.0, 6.0, 4.0, 1],
+        ["t5-tiny-L32", "t5@v2 @64", 64, 0, 32, "all", 7.0, "—", "—", 1],
+        ["t5-tiny-L32", "t5@v2 @64", 64, 3, 32, "all", 6.0, "—", "—", 1]]
     test = extension_table(Collected(_extension_rows()), split="test")
-    assert test["32"].tolist()[:1] == ["211.000 ± 1.414"] and len(test) == 4
-    assert extension_table(Collected(_extension_rows()), "sliding")["64"].tolist()[-1] == 106.0
+    assert test["32"].tolist()[:1] == ["211.000 ± 1.414"] and len(test) == 6
+    assert extension_table(Collected(_extension_rows()), "sliding")["64"].tolist()[3] == 106.0
     only_parents = _extension_rows().query("ft_parent == ''")
     assert extension_table(Collected(only_parents)).empty and extension_table(Collected(pd.DataFrame())).empty
-    orphan = extension_table(Collected(_extension_rows().query("bare == 'Q1'")))
-    assert orphan["parent"].tolist() == ["(parent configuration Q not in this report)"]
+    orphan = extension_table(Collected(_extension_rows().query("bare == 'A1'")))
+    assert orphan["parent"].tolist() == ["(parent configuration A not in this report)"]
     assert write_extension(extension_table(Collected(only_parents)), tmp_path / "none") == []
     assert not (tmp_path / "none").exists()
-    paths = write_extension(t, tmp_path / "ext", "Extension", split="test")
+    write_extension(t, tmp_path / "ext", "Extension")
+    paths = write_extension(t, tmp_path / "ext", "Extension", split="test")  # again, into the same folder
     assert [p.name for p in paths] == ["extension.csv", "extension.md"]
     md = (tmp_path / "ext" / "extension.md").read_text()
     assert md.startswith("# Extension\n\n## Perplexity after fine-tuning, by method and budget (non-overlapping "
                          "blocks, test split;")
     assert f"| rope-tiny-L32 | {yarn} | 64 | 2 | 32 | all | 9.500 ± 0.707 | diverged | — | 2 |" in md
-    assert pd.read_csv(paths[0]).shape == (4, 10)
-    untitled = write_extension(t, tmp_path / "untitled")[1].read_text()
+    assert pd.read_csv(paths[0]).shape == (6, 10)
+    untitled = write_extension(t, tmp_path / "nested" / "untitled")[1].read_text()
     assert untitled.startswith("## Perplexity after fine-tuning") and "validation split" in untitled
 
 

@@ -462,3 +462,12 @@ def test_the_status_order_is_alphabetical():
     from pe_bench.report.accuracy import STATUS_ORDER
 
     assert list(STATUS_ORDER) == sorted(STATUS_ORDER)
+
+
+def test_cells_have_the_documented_columns_whether_or_not_any_cell_has_a_number():
+    from pe_bench.report.accuracy import cells
+
+    columns = ["label", "L_train", "L_eval", "seeds", "at_L", "status", "mean", "std", "lo", "hi", "method", "examples"]
+    for df in (frame(rows("alibi", [396, 200])), frame(rows("alibi", [0, 0], status="diverged"))):
+        assert list(cells(df, "copy").columns) == columns
+        assert cells(df, "copy")["examples"].tolist() == [N, N]
