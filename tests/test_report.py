@@ -641,7 +641,9 @@ def test_the_extension_table_is_a_row_per_parent_method_and_budget_starting_from
     md = (tmp_path / "ext" / "extension.md").read_text()
     assert md.startswith("# Extension\n\n## Perplexity after fine-tuning, by method and budget (non-overlapping "
                          "blocks, test split;")
-    assert f"| rope-tiny-L32 | {yarn} | 64 | 2 | 32 | all | 9.500 ± 0.707 | diverged | — | 2 |" in md
+    assert "blocks, test split; columns: eval length in tokens; steps 0 = the parent evaluated with the method's " \
+           "eval-time options)\n\n| parent |" in md and md.endswith(" | 1 |\n") and not md.endswith("\n\n")
+    assert f"\n| rope-tiny-L32 | {yarn} | 64 | 2 | 32 | all | 9.500 ± 0.707 | diverged | — | 2 |\n" in md
     assert pd.read_csv(paths[0]).shape == (6, 10)
     untitled = write_extension(t, tmp_path / "nested" / "untitled")[1].read_text()
     assert untitled.startswith("## Perplexity after fine-tuning") and "validation split" in untitled
