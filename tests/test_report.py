@@ -369,8 +369,8 @@ def test_a_row_whose_cells_carry_different_intervals_names_each_kind():
 
 
 def test_a_configuration_evaluated_with_several_budgets_or_precisions_gets_a_row_for_each():
-    """row_names: the token budget and the precision join the labels when some configuration was evaluated with
-    more than one of them; a row that does not record its precision says so ('precision ?')."""
+    """row_names: the token budget, the precision and the sliding warm-up join the labels when some configuration was
+    evaluated with more than one of them; a row that does not record its precision says so ('precision ?')."""
     from pe_bench.report import row_names
 
     def rows(budgets, precisions, config="alibi"):
@@ -382,6 +382,9 @@ def test_a_configuration_evaluated_with_several_budgets_or_precisions_gets_a_row
         "alibi · fp32", "alibi · bf16", "alibi · precision ?"]
     assert row_names(pd.concat([rows(["6400"] * 2, ["bf16"] * 2), rows(["6400"], ["fp32"], config="rope")])) == [
         "alibi", "alibi", "rope"]
+    warm = rows(["6400"] * 3, ["fp32"] * 3).assign(warmup=["0", "512", "512"])  # sliding passes of two warm-ups
+    assert row_names(warm) == ["alibi · warm-up=0", "alibi · warm-up=512", "alibi · warm-up=512"]
+    assert row_names(warm.assign(warmup="512")) == ["alibi"] * 3
 
 
 def test_a_one_seed_cell_carries_the_bootstrap_interval_of_its_windows_or_none_if_they_cannot_give_one():
@@ -495,12 +498,13 @@ def test_runs_made_before_a_legacy_option_are_labelled_by_it_in_every_table():
 
 def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context_rows(tmp_path):
     """One seed: the run's own block-bootstrap interval; two seeds: the mean gain and a t interval over the seeds;
-    a configuration without context rows (an older evaluation): '—', and the column is left out when no row has it."""
+    a configuration without context rows (an older evaluation) or trained at the longest length: '—', and the column
+    is left out when no row has it."""
     from pe_bench import stats
     from pe_bench.report import Collected
 
-    def row(scheme, seed, n):
-        return {"run": f"{scheme}-{seed}", "scheme": scheme, "label": scheme, "config": scheme, "L_train": 64,
+    def row(scheme, seed, n, L=64):
+        return {"run": f"{scheme}-{seed}", "scheme": scheme, "label": scheme, "config": scheme, "L_train": L,
                 "L_eval": n, "mode": "nonoverlapping", "split": "validation", "stride": n, "ppl": 7.0, "seed": seed,
                 "status": "ok", "tokens_scored": 4096, "budget": "all", "step": 10, "steps": 10, "precision": "fp32"}
 
@@ -512,7 +516,7 @@ def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context
                 "precision": "fp32", "tokens_scored": 4096}
 
     df = pd.DataFrame([row(s, seed, n) for s, seeds in (("alibi", (0, 1)), ("rope", (0,)), ("old", (0,)))
-                       for seed in seeds for n in (64, 512)])
+                       for seed in seeds for n in (64, 512)] + [row("long", 0, 512, L=512)])
     context = pd.DataFrame([ctx("alibi", 0, 64, 512, 0.004), ctx("alibi", 1, 64, 512, 0.010),
                             ctx("alibi", 0, 64, 128, -0.002), ctx("alibi", 1, 64, 128, 0.002),
                             ctx("rope", 0, 64, 512, 0.5), ctx("rope", 0, 64, 128, 0.1)])
@@ -522,6 +526,7 @@ def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context
     assert t.loc[("alibi", 64), "gain past L"] == f"+0.007 [{iv.lo:+.3f}, {iv.hi:+.3f}]"
     assert t.loc[("rope", 64), "gain past L"] == "+0.500 [+0.490, +0.510]"
     assert t.loc[("old", 64), "gain past L"] == "—"
+    assert t.loc[("long", 512), "gain past L"] == "—"  # trained at the longest length: no position past its L
     write_tables(col, tmp_path, "t")
     md = (tmp_path / "comparison.md").read_text()
     assert "## Context use past L on the validation split" in md
@@ -562,10 +567,10 @@ def test_compare_shows_the_token_budget_when_one_length_was_evaluated_with_two_a
     assert len(t) == 2 and sorted(t["budget"]) == ["6400 (6,400 tokens)", "all (12,800 tokens)"]
     alone = compare(Collected(one.df, one.windows), "A", "B")
     assert "budget" not in alone.columns  # one budget per length: not said
-    apart = _paired_rows(rng, [("A", "validation", 32, 10, 0.0)], seed=0).df
-    b1 = _paired_rows(rng, [("B", "validation", 32, 10, 0.1)], seed=1).df
-    with pytest.raises(ConfigError, match=r"the seeds do not overlap \(A: 0; B: 1\)"):
-        compare(Collected(pd.concat([apart, b1], ignore_index=True), {}), "A", "B")
+    apart = [_paired_rows(rng, [("A", "validation", 32, 10, 0.0)], seed=s).df for s in (0, 1)]
+    b = [_paired_rows(rng, [("B", "validation", 32, 10, 0.1)], seed=s).df for s in (2, 3)]
+    with pytest.raises(ConfigError, match=r"the seeds do not overlap \(A: 0, 1; B: 2, 3\)"):
+        compare(Collected(pd.concat([*apart, *b], ignore_index=True), {}), "A", "B")
 
 
 def test_an_extension_cell_is_the_mean_and_the_sample_std_over_seeds_and_never_averages_a_missing_number():

@@ -472,13 +472,13 @@ def test_an_analysis_of_an_eval_time_variant_goes_to_its_own_folder(results):
 
 
 KEYS = ("scheme", "base_scheme", "model", "data", "split", "L_train", "L_eval", "ratio", "mode", "stride", "S",
-        "budget", "seed")
+        "warmup", "budget", "seed")
 
 
 @pytest.mark.parametrize("prefix", ["rope", "alibi"])
 def test_a_diverged_runs_rows_stand_exactly_where_its_evaluation_rows_would(trained, prefix):
     """The 'diverged' rows of a run are keyed like the rows its evaluation writes (every length, both modes, the
-    same strides, S and budgets), carry no number, and name the step training diverged at."""
+    same strides, S, warm-ups and budgets), carry no number, and name the step training diverged at."""
     from pe_bench.report import read_eval_rows
     from pe_bench.report.collect import _diverged_rows
 
