@@ -405,7 +405,7 @@ def test_an_unfinished_runs_rows_are_left_out_unless_they_come_from_eval_partial
         rewrite_eval_csv(rope, original.assign(step=step))
         col = collect_all([Run(rope)])
         assert len(col.left_out) == 1 and "is not finished (status interrupted)" in col.left_out[0], step
-        assert col.df.empty and col.windows == {}  # nothing left: an empty collection, not a broken one
+        assert col.df.empty and col.windows == {} and col.meta == {}  # nothing left: empty, not broken
 
 
 def test_a_report_on_a_full_disk_is_one_line_exit_1_and_the_previous_report_stands(results, monkeypatch):
