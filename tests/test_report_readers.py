@@ -587,7 +587,8 @@ def test_a_diverged_run_gives_diverged_rows_beside_the_rows_its_eval_csv_holds(r
 def test_an_eval_csv_from_an_older_pe_bench_is_read_with_the_newer_columns_filled_in(results):
     """eval.csv files written before the budget, step, note, S and precision columns existed: those read as empty
     text and the run's final step, with the same numbers; a step written as 'None' (as older versions did) is the
-    final step too, and so are the older rows beside a diverged run's 'diverged' rows."""
+    final step too, and so are the older rows beside a diverged run's 'diverged' rows; a missing or 'None' warm-up
+    is none ('0')."""
     alibi = run_named(results, "alibi")
     run = Run(alibi)
     steps = run.load_config().train.steps
@@ -603,6 +604,8 @@ def test_an_eval_csv_from_an_older_pe_bench_is_read_with_the_newer_columns_fille
     assert (d[["budget", "S", "precision", "note"]] == "").all().all() and (d["step"] == steps).all()
     assert d["ppl"].tolist() == original["ppl"].astype(float).tolist()
     assert (read_as(original.assign(step="None"))["step"] == steps).all()
+    assert (read_as(original.drop(columns=["warmup"]))["warmup"] == "0").all()  # before sliding warm-ups: none
+    assert (read_as(original.assign(warmup="None"))["warmup"] == "0").all()
     d = read_as(original.drop(columns=["step", "budget", "S", "precision"]), status="diverged", diverged_step=2)
     assert set(d["status"]) == {"diverged", "ok"} and (d["step"] == steps).all()
     older, diverged = d[d["status"] == "ok"], d[d["status"] == "diverged"]
