@@ -693,3 +693,16 @@ def test_a_run_evaluated_on_two_splits_has_each_splits_context_use_from_that_spl
     assert not col.left_out and sorted(set(col.context["split"])) == ["test", "validation"]
     assert perplexity_columns(col).loc["alibi", gain_column(64)] == 0.011
     assert perplexity_columns(col, "test").loc["alibi", gain_column(64)] == 1.011
+
+
+def test_spans_of_one_configuration_are_labelled_apart_down_to_a_single_scored_token():
+    """labelled: two evaluations of one configuration that scored different spans (here 1 and 2 tokens a length,
+    the smallest there can be) are never one row; the span scored at more lengths keeps the label, and rows that
+    scored nothing (diverged) are never set apart."""
+    from pe_bench.report.labels import labelled
+
+    df = pd.DataFrame({"scheme": "alibi", "config": "c", "ft_method": "alibi", "step": 5, "steps": 5,
+                       "split": "validation", "mode": "nonoverlapping", "budget": "1", "S": "", "precision": "fp32",
+                       "warmup": "0", "L_eval": [1, 2, 1, 2, 4], "tokens_scored": [2, 2, 1, 1, 0]})
+    out = labelled(df, {"c": {}}, {"c": ""}, {"c": {}})
+    assert out["label"].tolist() == ["alibi", "alibi", "alibi · scored=1", "alibi · scored=1", "alibi"]
