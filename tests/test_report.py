@@ -706,3 +706,25 @@ def test_spans_of_one_configuration_are_labelled_apart_down_to_a_single_scored_t
                        "warmup": "0", "L_eval": [1, 2, 1, 2, 4], "tokens_scored": [2, 2, 1, 1, 0]})
     out = labelled(df, {"c": {}}, {"c": ""}, {"c": {}})
     assert out["label"].tolist() == ["alibi", "alibi", "alibi · scored=1", "alibi · scored=1", "alibi"]
+
+
+def test_a_window_key_is_the_same_text_however_the_row_holds_its_values():
+    """window_key: an eval row as a dict or as a namedtuple of the collected table, its numbers as int, float or
+    text, its warm-up missing, empty, None or NaN (rows of files older than the column: no warm-up), all give the
+    key that read_windows gives the windows.csv row."""
+    from collections import namedtuple
+
+    from pe_bench.report import window_key
+    from pe_bench.report.files import WINDOW_KEY
+
+    text = {"scheme": "alibi", "split": "validation", "L_eval": "64", "mode": "sliding", "stride": "16", "S": "16",
+            "budget": "all", "step": "10", "precision": "fp32", "warmup": "0", "tokens_scored": "4096"}
+    key = ("run",) + tuple(text[c] for c in WINDOW_KEY)
+    floats = {**text, "L_eval": 64.0, "stride": 16.0, "tokens_scored": 4096.0, "warmup": 0.0}
+    assert window_key("run", text) == window_key("run", floats) == key
+    for none in (None, "", float("nan")):
+        assert window_key("run", {**text, "warmup": none}) == key, none
+    older = namedtuple("Row", [c for c in WINDOW_KEY if c != "warmup"])(**{c: floats[c] for c in WINDOW_KEY
+                                                                          if c != "warmup"})
+    assert window_key("run", older) == key
+    assert window_key("run", {**text, "warmup": "512.0"})[WINDOW_KEY.index("warmup") + 1] == "512"
