@@ -66,6 +66,12 @@ def test_a_scheme_from_the_search_path_is_listed_trained_and_reported(own_dir, t
     assert f"pe-bench --path {mine} report" in (tmp_path / "rep2" / "README.md").read_text()
     listing = pe_bench("runs", str(tmp_path))
     assert listing.returncode == 0 and [run.name, "done"] in [line.split()[:2] for line in listing.stdout.splitlines()]
+    for command in (["eval", str(run), "eval.lengths=[32,64]", "--no-progress"],
+                    ["analyze", str(run), "eval.lengths=[32]"]):
+        again = pe_bench(*command)  # eval and analyze find the plugin the same way
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert f"loading plugins from {mine}, where {run.name} recorded its plugin" in again.stderr, command
+    assert (run / "analysis" / "attention.csv").exists()
     shutil.rmtree(mine)  # the plugin is gone: the report says which one it needs
     without = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep3"), "--no-plots")
     assert without.returncode == 2

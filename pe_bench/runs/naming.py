@@ -7,7 +7,7 @@ The hash is of :func:`identity`: everything that changes the trained model.
 The one rule of names: **a run's name never changes.** A setting added to pe-bench after runs were named enters the
 identity only where it differs from the value those runs were made with (an absent key, a scheme's
 ``late_options``, a task's identity without its new options), so every committed run directory keeps its name and
-its numbers are found again (tests/runs/test_naming.py holds every committed run's name).
+its numbers are found again (tests/test_identity.py holds every committed run's name).
 """
 
 from __future__ import annotations
