@@ -6,6 +6,7 @@
 # (CUDA_TESTS=0, SMOKE_SWEEP=0, FULL_SUITE=0 skip a stage; SUITE_TIMEOUT, SUITE_ARGS: the whole suite's limit and extra args)
 # Writes OUT_DIR/gpu_check.log (the summary) and OUT_DIR/gpu_check.tar.gz (every log, the smoke sweep's report).
 set -uo pipefail
+source "$(dirname "$0")/gpu_lib.sh"
 out=$(realpath -m "${1:?usage: gpu_check.sh OUT_DIR [PARALLEL]}")
 par=${2:-8}
 work=$(mktemp -d)
@@ -14,9 +15,7 @@ log="$out/gpu_check.log"
 say() { echo "[$(date +%T)] $*" | tee -a "$log"; }
 
 say "environment"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
-} 2>&1 | tee -a "$log"
+gpu_environment 2>&1 | tee -a "$log"
 
 if [ "${CUDA_TESTS:-1}" = 1 ]; then  # 0: the whole suite below runs them anyway
   say "cuda-marked tests (tests/test_cuda.py)"

@@ -11,6 +11,7 @@
 # TESTS_S, EXTRA_S) is cut to what is left once the later stages' minimum is kept for them; 0 skips a stage.
 # TEST_WORKERS: pytest-xdist processes for the cuda-marked tests (default 8).
 set -uo pipefail
+source "$(dirname "$0")/gpu_lib.sh"
 deadline=$((SECONDS + ${TOTAL_S:-570}))
 limit() { local left=$((deadline - SECONDS - $2)); echo $((left < $1 ? left : $1)); }  # limit WANTED RESERVED
 runs() { [ "$1" -gt 15 ]; }  # a stage with 15 s or less left (or 0: skipped) does not start: `timeout 0` never ends
@@ -27,10 +28,7 @@ files=(data.files.train="$data/wiki.train.raw" data.files.validation="$data/wiki
        data.files.test="$data/wiki.test.raw")
 
 say "environment"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
-  git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | head -n 20
-} 2>&1 | tee -a "$log"
+gpu_environment 2>&1 | tee -a "$log"
 
 bench_s=$(limit "${BENCH_S:-220}" 320)
 if runs "$bench_s"; then
@@ -41,14 +39,7 @@ if runs "$bench_s"; then
 fi
 
 say "2. the corpus tokenized once (BPE trained on the train split)"
-timeout "$(limit 120 60)" python3 - "${files[@]}" <<'EOF' 2>&1 | tail -n 3 | tee -a "$log"
-import sys
-from pe_bench.config import compose
-from pe_bench.data import load_tokens
-cfg = compose(["data=local", "data.tokenizer=bpe", "data.vocab_size=8192", *sys.argv[1:]])
-c = load_tokens(cfg.data, cfg.cache_dir)
-print({k: len(v) for k, v in c.splits.items()}, "tokens; vocab", c.vocab_size)
-EOF
+tokenize_wikitext2 "$(limit 120 60)" "${files[@]}" | tee -a "$log"
 
 sweep_s=$(limit "${SWEEP_S:-300}" 45)
 runs "$sweep_s" || sweep_s=0

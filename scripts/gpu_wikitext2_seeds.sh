@@ -9,6 +9,7 @@
 # writes OUT_DIR/session.log and OUT_DIR/gpu-wikitext2.tar.gz (the runs without checkpoints, the report, the logs).
 # A second call on the same machine resumes: finished points are skipped, stopped ones resume from their checkpoint.
 set -uo pipefail
+source "$(dirname "$0")/gpu_lib.sh"
 deadline=$((SECONDS + ${TOTAL_S:-570}))
 left() { echo $((deadline - SECONDS - $1)); }  # seconds left once $1 are kept for what follows
 out=$(realpath -m "${1:?usage: gpu_wikitext2_seeds.sh OUT_DIR WIKITEXT2_RAW_DIR}")
@@ -25,20 +26,10 @@ files=(data.files.train="$data/wiki.train.raw" data.files.validation="$data/wiki
 export TORCHINDUCTOR_COMPILE_THREADS=1  # 36 processes compile at once: no pool of 16 compile workers each
 
 say "environment"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0])"
-  git rev-parse HEAD 2>/dev/null; git status --short 2>/dev/null | grep -v windows.csv | head -n 20
-} 2>&1 | tee -a "$log"
+gpu_environment 2>&1 | tee -a "$log"
 
 say "the corpus tokenized once (BPE of 8192 trained on the train split)"
-timeout 120 python3 - "${files[@]}" <<'EOF' 2>&1 | tail -n 3 | tee -a "$log"
-import sys
-from pe_bench.config import compose
-from pe_bench.data import load_tokens
-cfg = compose(["data=local", "data.tokenizer=bpe", "data.vocab_size=8192", *sys.argv[1:]])
-c = load_tokens(cfg.data, cfg.cache_dir)
-print({k: len(v) for k, v in c.splits.items()}, "tokens; vocab", c.vocab_size)
-EOF
+tokenize_wikitext2 120 "${files[@]}" | tee -a "$log"
 
 say "27 short points and 9 trained-long references at once ($(left 100) s)"
 timeout "$(left 100)" python3 -m pe_bench sweep sweep=gpu_wikitext2 "${files[@]}" "results_dir=$work/short" \
