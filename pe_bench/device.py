@@ -31,7 +31,26 @@ def use_bf16(tc: TrainConfig, device: torch.device) -> bool:
 
 
 def use_compile(tc: TrainConfig, device: torch.device) -> bool:
-    return tc.compile == "on" or (tc.compile == "auto" and device.type == "cuda")
+    return tc.compile in ("on", "graphs") or (tc.compile == "auto" and device.type == "cuda")
+
+
+def compile_mode(tc: TrainConfig) -> str | None:
+    """torch.compile's ``mode`` for the training forward: CUDA graphs (``reduce-overhead``: the launches of a whole
+    forward and backward replayed as one graph, for models too small to keep the GPU busy) or torch's default."""
+    return "reduce-overhead" if tc.compile == "graphs" else None
+
+
+def compile_problem(tc: TrainConfig, device: torch.device, processes: int) -> str | None:
+    """One line saying why ``train.compile`` cannot run on ``device`` with ``processes`` processes, or None."""
+    if tc.compile != "graphs":
+        return None
+    if device.type != "cuda":
+        return (f"train.compile=graphs records CUDA graphs, and training runs on {device.type}; use "
+                "train.compile=on (or auto) there")
+    if processes > 1:
+        return ("train.compile=graphs trains on one GPU (CUDA graphs do not capture DDP's all-reduce here); use "
+                "train.compile=on under torchrun")
+    return None
 
 
 def autocast(tc: TrainConfig, device: torch.device) -> AbstractContextManager:

@@ -15,7 +15,7 @@ from pe_bench.model.attention import backend_problem
 from pe_bench.build import build_model
 from pe_bench.config import Config, ConfigError, TrainConfig, to_dict
 from pe_bench.data import TokenizedCorpus, random_batch
-from pe_bench.device import autocast, use_compile
+from pe_bench.device import autocast, compile_mode, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, mean_across, stop_requested
 from pe_bench.model.decoder import Decoder, pose_positions, random_positions
 from pe_bench.progress import TrainProgress, use_bar
@@ -232,7 +232,8 @@ class Trainer:
 
             self.ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         net = self.ddp or model
-        self.fwd = torch.compile(net) if use_compile(self.tc, device) else net
+        self.fwd = torch.compile(net, mode=compile_mode(self.tc)) if use_compile(self.tc, device) else net
+        self.graphs = compile_mode(self.tc) == "reduce-overhead"
         self.ctx = autocast(self.tc, device)
         self.tokens_per_step = self.tc.batch_size * self.tc.seq_len * self.tc.grad_accum
         self.my_micro = list(range(world.rank, self.tc.grad_accum, world.size))  # this process's share of a step
@@ -289,6 +290,8 @@ class Trainer:
             # DDP all-reduces (averages) gradients on the last micro-step only.
             sync = ddp.no_sync() if ddp is not None and i < len(self.my_micro) - 1 else nullcontext()
             with sync:
+                if self.graphs:  # a new replay: the last one's outputs (already reduced into `total`) may be reused
+                    torch.compiler.cudagraph_mark_step_begin()
                 with self.ctx:
                     logits = self.fwd(x) if positions is None else self.fwd(x, positions)
                 loss = loss_of(logits, y, mask) / len(self.my_micro)

@@ -248,6 +248,10 @@ CATALOGUE = [
     (["scheme=rope", "scheme.scaling.factor=8"], "scheme.scaling.factor=8 is not read by scheme.scaling.type=none"),
     (["scheme=rope", "scheme.scaling.type=linear", "scheme.scaling.factor=8", "scheme.scaling.original_length=64"],
      "scheme.scaling.original_length=64 is not read by scheme.scaling.type=linear"),
+    # CUDA graphs need a CUDA GPU: asked on the CPU by name, and by auto on a machine without one (as here)
+    (["train.device=cpu", "train.compile=graphs"], ("train.compile=graphs records CUDA graphs, and training runs "
+                                                    "on cpu; use train.compile=on (or auto) there")),
+    (["train=smoke", "train.compile=graphs"], "train.compile=graphs records CUDA graphs, and training runs on cpu"),
 ]
 
 

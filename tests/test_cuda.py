@@ -126,6 +126,22 @@ def test_pe_bench_train_on_cuda_uses_bf16_and_compile_and_evaluates_past_L(backe
     assert ev["L_eval"].max() >= 4 * 32 and ev["ppl"].notna().all() and (ev["ppl"] < 100).all()
 
 
+def test_pe_bench_train_with_cuda_graphs_learns_as_the_default_compile_does(tmp_path):
+    """train.compile=graphs (torch.compile mode="reduce-overhead"): the same run as train.compile=on, its forward and
+    backward replayed as CUDA graphs, reaches the same loss (bf16 and kernel choice apart) and is recorded compiled."""
+    finals = {}
+    for mode in ("on", "graphs"):
+        r = CliRunner().invoke(app, ["train", "task=passkey", "scheme=alibi", "train.steps=60", "train.device=cuda",
+                                     f"train.compile={mode}", "eval.ratios=[1,2]", f"results_dir={tmp_path / mode}",
+                                     "--no-progress"])
+        assert r.exit_code == 0, r.output
+        run = next((tmp_path / mode / "runs").iterdir())
+        meta = json.loads((run / "meta.json").read_text())
+        assert meta["status"] == "done" and meta["compiled"] is True
+        finals[mode] = float(meta["final_train_loss"])
+    assert abs(finals["graphs"] - finals["on"]) < 0.05 * finals["on"], finals
+
+
 FLEX_TRAINED = ["alibi", "t5", "kerple_log", "kerple_power", "sandwich", "hybrid"]
 
 

@@ -7,6 +7,7 @@ from pe_bench import runs as runs_mod
 from pe_bench import train as train_mod
 from pe_bench.config import compose
 from pe_bench.data import load_tokens
+from pe_bench.device import compile_mode, compile_problem, use_compile
 from pe_bench.runs import Run, read_csv
 from pe_bench.train import lr_at, train
 
@@ -264,3 +265,15 @@ def test_check_checkpoint_refuses_another_configuration_or_other_data_by_identit
     runs_mod.check_checkpoint(run, {**ckpt, "data": None}, cfg, SimpleNamespace(fingerprint="xyz"))
     with pytest.raises(RunFileError, match="abc → xyz"):
         runs_mod.check_checkpoint(run, ckpt, cfg, SimpleNamespace(fingerprint="xyz"))
+
+
+def test_cuda_graphs_are_torch_compiles_reduce_overhead_mode_on_one_gpu_only():
+    """train.compile=graphs: the forward compiled with mode="reduce-overhead" (CUDA graphs), refused off CUDA and
+    under torchrun (the replayed graph would not hold DDP's all-reduce); on/auto keep torch's default mode."""
+    graphs, on = compose(["train.compile=graphs"]).train, compose(["train.compile=on"]).train
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert use_compile(graphs, gpu) and compile_mode(graphs) == "reduce-overhead"
+    assert use_compile(on, cpu) and compile_mode(on) is None
+    assert compile_problem(graphs, gpu, 1) is None and compile_problem(on, cpu, 4) is None
+    assert "train.compile=on under torchrun" in compile_problem(graphs, gpu, 2)
+    assert "training runs on cpu" in compile_problem(graphs, cpu, 1)

@@ -117,7 +117,8 @@ class TrainConfig:
     ckpt_interval: int = ranged(0, ge=0, hint="0 checkpoints only at the end")  # 0: checkpoint only at the end
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16
-    compile: str = "auto"  # auto (on for cuda) | on | off
+    # auto (on for cuda) | on | off | graphs: on, with CUDA graphs (torch.compile mode="reduce-overhead"; one CUDA GPU)
+    compile: str = "auto"
     threads: int | None = ranged(None, ge=1, hint="null = torch's default")  # CPU threads; None = torch default
     # Randomized positions (Ruoss et al. 2023): each batch uses a sorted random subset of [0, random_positions)
     # instead of 0..seq_len-1, in training and in evaluation. 0 = off.
@@ -221,7 +222,7 @@ CHOICES = {
     "data.format": ("text", "json", "parquet", "csv", "arrow"),
     "model.init": ("gpt2", "fan_in"),
     "train.precision": ("auto", "fp32", "bf16"),
-    "train.compile": ("auto", "on", "off"),
+    "train.compile": ("auto", "on", "off", "graphs"),
     "attention.backend": ("auto", "sdpa", "flex", "explicit"),
     "eval.split": ("train", "validation", "test"),
     "eval.heldout": ("test", "dev"),

@@ -75,6 +75,9 @@ def _check_relations(cfg: Config) -> None:
                               "chunk holds at least one token); PoSE's default is 2")
     elif t.pose_chunks != TrainConfig().pose_chunks:
         raise ConfigError(f"train.pose_chunks={t.pose_chunks} is read by PoSE only; set train.pose_target too")
+    if t.compile == "graphs" and t.device == "cpu":
+        raise ConfigError("train.compile=graphs records CUDA graphs, and training runs on cpu; use "
+                          "train.compile=on (or auto) there")
     f = cfg.finetune
     if f.from_run is None and (f.parent or f.new_positions != FinetuneConfig().new_positions
                                or f.trainable != FinetuneConfig().trainable):
