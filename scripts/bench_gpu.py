@@ -63,6 +63,7 @@ SHAPES = ((L, B),)  # the training shapes of section 2 (--shapes); the first is 
 MODEL = "small"
 MFU_BATCHES = (16, 64, 128, 256)
 GRAPH_SCHEMES, GRAPH_L, GRAPH_B = ("nope", "rope", "alibi"), 32, 32  # section 5: model=tiny at train=task's shape
+GRAPH_MODEL = "tiny,train=task"
 TRAIN_TARGET = 1.15
 # Dense bf16 tensor-core peaks (spec sheets), the first name that the device's contains: the PCIe H100 is slower.
 PEAK_BF16_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -133,6 +134,10 @@ def child(name: str, backend: str, shape: tuple[int, int], candidate: int) -> No
     set_flex_options(CANDIDATES[candidate] if candidate >= 0 else None)
     backend, _, table = backend.partition("/")  # flex/distance: the learned table taken the other way
     try:
+        if backend == "graphs":  # graphs/default, graphs/graphs: section 5's tiny step in that mode
+            train_step(name, "auto", shape, model=GRAPH_MODEL, mode=graph_modes()[table])
+            print(json.dumps({"ok": True}))
+            return
         train_step(name, backend, shape, table or None)
         if backend == "flex" and not table and shape == SHAPES[0]:
             eval_forward(name, backend)
@@ -169,6 +174,8 @@ def search(workers: int, sections: set[int], modes: tuple[str, ...]) -> tuple[li
              for t in modes[1:]]
     jobs += [(n, "flex", shape, 0) for shape in SHAPES[1:] for n in BIAS_SCHEMES]
     jobs += [("nope", "sdpa", (L, b), -1) for b in MFU_BATCHES if (L, b) not in SHAPES] if 4 in sections else []
+    jobs += [(n, f"graphs/{m}", (GRAPH_L, GRAPH_B), -1) for n in GRAPH_SCHEMES for m in graph_modes()] \
+        if 5 in sections else []
     done = run_children(jobs, workers)
     for i in range(1, len(CANDIDATES)):
         failing = [n for n in BIAS_SCHEMES if not any(done.get((n, "flex", first, j), {}).get("ok") for j in range(i))]
@@ -311,16 +318,20 @@ def mfu_section(args, peak: float | None) -> list[dict]:
     return out
 
 
+def graph_modes() -> dict[str, str | None]:
+    """Section 5's torch.compile modes by label; the CPU has no CUDA graphs to take."""
+    return {"default": None, "graphs": "reduce-overhead" if DEV.type == "cuda" else None}
+
+
 def graphs_section(args) -> list[dict]:
     """Section 5: the tiny models' training step compiled in torch's default mode (train.compile=on) and with CUDA
     graphs (train.compile=graphs: mode="reduce-overhead"), interleaved: tokens/s of each, graphs ÷ default."""
     fns, out = {}, []
     shape = (GRAPH_L, GRAPH_B)
-    modes = {"default": None, "graphs": "reduce-overhead" if DEV.type == "cuda" else None}  # CPU: no graphs to take
     for n in GRAPH_SCHEMES:
-        for label, mode in modes.items():
+        for label, mode in graph_modes().items():
             try:
-                fns[(n, label)] = train_step(n, "auto", shape, model="tiny,train=task", mode=mode)[0]
+                fns[(n, label)] = train_step(n, "auto", shape, model=GRAPH_MODEL, mode=mode)[0]
             except Exception as e:
                 out.append(failed("5 cuda graphs", n, f"tiny L={GRAPH_L} B={GRAPH_B} {label}", e))
     times = rounds(fns, args.rounds, 4 * args.steps)
@@ -401,10 +412,10 @@ def main() -> None:
     print(f"[1] flex options searched: {chosen}", flush=True)
     for number, section in ((2, lambda: train_section(chosen, args)), (3, lambda: eval_section(chosen, args)),
                             (4, lambda: mfu_section(args, peak)), (5, lambda: graphs_section(args))):
-        if number in sections:
+        if number in sections:  # the table so far after each section: a run stopped at its limit keeps those
             rows += section()
-    write_table(rows, args.out / "gpu-bench", f"device {name.replace(' ', '-')}, torch {torch.__version__}",
-                args.rounds, time.perf_counter() - t0)
+            write_table(rows, args.out / "gpu-bench", f"device {name.replace(' ', '-')}, torch {torch.__version__}",
+                        args.rounds, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
