@@ -50,6 +50,9 @@ def compile_problem(tc: TrainConfig, device: torch.device, processes: int) -> st
     if processes > 1:
         return ("train.compile=graphs trains on one GPU (CUDA graphs do not capture DDP's all-reduce here); use "
                 "train.compile=on under torchrun")
+    if tc.grad_accum > 1:  # each micro-batch's replay would overwrite the gradients the last one left in its pool
+        return (f"train.compile=graphs takes one micro-batch a step, and train.grad_accum={tc.grad_accum}; use "
+                f"train.batch_size={tc.batch_size * tc.grad_accum} train.grad_accum=1, or train.compile=on")
     return None
 
 

@@ -290,7 +290,7 @@ class Trainer:
             # DDP all-reduces (averages) gradients on the last micro-step only.
             sync = ddp.no_sync() if ddp is not None and i < len(self.my_micro) - 1 else nullcontext()
             with sync:
-                if self.graphs:  # a new replay: the last one's outputs (already reduced into `total`) may be reused
+                if self.graphs:  # a new replay reuses the last one's memory (one micro-batch a step: compile_problem)
                     torch.compiler.cudagraph_mark_step_begin()
                 with self.ctx:
                     logits = self.fwd(x) if positions is None else self.fwd(x, positions)

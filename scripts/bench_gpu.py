@@ -146,16 +146,18 @@ def child(name: str, backend: str, shape: tuple[int, int], candidate: int) -> No
         print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"}))
 
 
-def shape_text(shape: tuple[int, int], backend: str) -> str:
-    return f"{MODEL} L={shape[0]} B={shape[1]} {backend}"
+def shape_text(shape: tuple[int, int], backend: str, model: str = "") -> str:
+    return f"{model or MODEL} L={shape[0]} B={shape[1]} {backend}"
 
 
 def run_children(jobs: list[tuple], workers: int) -> dict:
     """jobs: (scheme, backend, (L, B), candidate) -> {job: {"ok": bool, "error": str}}, each in a fresh process."""
     def one(job):
         name, backend, (seq, b), cand = job
-        out = subprocess.run([sys.executable, __file__, "--device", DEV.type, "--model", MODEL, "--shapes", ",".join(f"{a}x{c}" for a, c in SHAPES),
-                              "--child", name, backend, str(seq), str(b), str(cand)], capture_output=True, text=True)
+        shapes = ",".join(f"{a}x{c}" for a, c in SHAPES)
+        out = subprocess.run([sys.executable, __file__, "--device", DEV.type, "--model", MODEL, "--shapes", shapes,
+                              "--eval-shape", f"{EVAL_T}x{EVAL_B}", "--child", name, backend, str(seq), str(b),
+                              str(cand)], capture_output=True, text=True)
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
         return job, json.loads(lines[-1]) if lines else {"ok": False, "error": out.stderr.strip()[-300:]}
 
@@ -184,7 +186,8 @@ def search(workers: int, sections: set[int], modes: tuple[str, ...]) -> tuple[li
     rows = [row("1 flex kernel options", job[0], shape_text(job[2], job[1]),
                 note=f"{json.dumps(CANDIDATES[job[3]])}: " + ("compiles" if out["ok"] else out["error"]))
             for job, out in done.items() if job[1].startswith("flex") and job[2] == first]
-    rows += [row("1 compile", job[0], shape_text(job[2], job[1]), note=out["error"])
+    rows += [row("1 compile", job[0], shape_text(job[2], job[1], "tiny" if job[1].startswith("graphs") else MODEL),
+                 note=out["error"])
              for job, out in done.items() if not out["ok"] and (job[2] != first or job[1] == "sdpa")]
     chosen = {n: next((i for i in range(len(CANDIDATES)) if done.get((n, "flex", first, i), {}).get("ok")), None)
               for n in BIAS_SCHEMES}
@@ -405,17 +408,35 @@ def main() -> None:
     BIAS_SCHEMES = tuple(args.schemes.split(","))
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
-    sections = {int(s) for s in args.sections.split(",")} - ({1, 4} if DEV.type == "cpu" else set())
+    order = [int(x) for x in args.sections.split(",") if not (DEV.type == "cpu" and int(x) in (1, 4))]
+    sections = set(order)
     name = torch.cuda.get_device_name() if DEV.type == "cuda" else "cpu"
     peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-    rows, chosen = search(args.workers, sections, args.table_modes) if 1 in sections else ([], {n: 0 for n in BIAS_SCHEMES})
-    print(f"[1] flex options searched: {chosen}", flush=True)
-    for number, section in ((2, lambda: train_section(chosen, args)), (3, lambda: eval_section(chosen, args)),
-                            (4, lambda: mfu_section(args, peak)), (5, lambda: graphs_section(args))):
-        if number in sections:  # the table so far after each section: a run stopped at its limit keeps those
-            rows += section()
-            write_table(rows, args.out / "gpu-bench", f"device {name.replace(' ', '-')}, torch {torch.__version__}",
-                        args.rounds, time.perf_counter() - t0)
+    rows: list[dict] = []
+
+    def write() -> None:  # the table so far: a run stopped at its limit keeps what it has measured
+        write_table(rows, args.out / "gpu-bench", f"device {name.replace(' ', '-')}, torch {torch.__version__}",
+                    args.rounds, time.perf_counter() - t0)
+
+    chosen = {n: 0 for n in BIAS_SCHEMES}
+    run = {2: lambda: train_section(chosen, args), 3: lambda: eval_section(chosen, args),
+           4: lambda: mfu_section(args, peak), 5: lambda: graphs_section(args)}
+    try:
+        if 1 in sections:
+            found, chosen = search(args.workers, sections, args.table_modes)
+            rows += found
+            print(f"[1] flex options searched: {chosen}", flush=True)
+            write()
+        for number in (n for n in order if n != 1):  # in the order given: the one that matters most first
+            try:
+                rows += run[number]()
+            except Exception as e:  # a section that fails is a row that says so; the others still run
+                rows.append(failed(f"{number} section", "", "", e))
+            write()
+    except KeyboardInterrupt:  # `timeout -s INT`: the rows so far, then stop
+        rows.append(row("stopped", "", "", note="interrupted at the time limit; later sections not measured"))
+        write()
+        sys.exit(130)
 
 
 if __name__ == "__main__":

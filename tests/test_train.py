@@ -268,8 +268,9 @@ def test_check_checkpoint_refuses_another_configuration_or_other_data_by_identit
 
 
 def test_cuda_graphs_are_torch_compiles_reduce_overhead_mode_on_one_gpu_only():
-    """train.compile=graphs: the forward compiled with mode="reduce-overhead" (CUDA graphs), refused off CUDA and
-    under torchrun (the replayed graph would not hold DDP's all-reduce); on/auto keep torch's default mode."""
+    """train.compile=graphs: the forward compiled with mode="reduce-overhead" (CUDA graphs), refused off CUDA, under
+    torchrun (the replayed graph would not hold DDP's all-reduce) and with gradient accumulation (a micro-batch's
+    replay would overwrite the gradients the last one left in the graphs' memory); on/auto keep torch's default."""
     graphs, on = compose(["train.compile=graphs"]).train, compose(["train.compile=on"]).train
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     assert use_compile(graphs, gpu) and compile_mode(graphs) == "reduce-overhead"
@@ -277,3 +278,5 @@ def test_cuda_graphs_are_torch_compiles_reduce_overhead_mode_on_one_gpu_only():
     assert compile_problem(graphs, gpu, 1) is None and compile_problem(on, cpu, 4) is None
     assert "train.compile=on under torchrun" in compile_problem(graphs, gpu, 2)
     assert "training runs on cpu" in compile_problem(graphs, cpu, 1)
+    accumulating = compose(["train.compile=graphs", "train.batch_size=8", "train.grad_accum=4"]).train
+    assert "use train.batch_size=32 train.grad_accum=1" in compile_problem(accumulating, gpu, 1)
