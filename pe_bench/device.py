@@ -40,22 +40,6 @@ def compile_mode(tc: TrainConfig) -> str | None:
     return "reduce-overhead" if tc.compile == "graphs" else None
 
 
-def compile_problem(tc: TrainConfig, device: torch.device, processes: int) -> str | None:
-    """One line saying why ``train.compile`` cannot run on ``device`` with ``processes`` processes, or None."""
-    if tc.compile != "graphs":
-        return None
-    if device.type != "cuda":
-        return (f"train.compile=graphs records CUDA graphs, and training runs on {device.type}; use "
-                "train.compile=on (or auto) there")
-    if processes > 1:
-        return ("train.compile=graphs trains on one GPU (CUDA graphs do not capture DDP's all-reduce here); use "
-                "train.compile=on under torchrun")
-    if tc.grad_accum > 1:  # each micro-batch's replay would overwrite the gradients the last one left in its pool
-        return (f"train.compile=graphs takes one micro-batch a step, and train.grad_accum={tc.grad_accum}; use "
-                f"train.batch_size={tc.batch_size * tc.grad_accum} train.grad_accum=1, or train.compile=on")
-    return None
-
-
 def autocast(tc: TrainConfig, device: torch.device) -> AbstractContextManager:
     """bf16 autocast where the config asks for it (auto: on CUDA), otherwise full precision."""
     return bf16_autocast(device, use_bf16(tc, device))

@@ -11,10 +11,10 @@ import torch
 
 from pe_bench import schemes, tasks
 from pe_bench.build import build_scheme
-from pe_bench.config import (Config, ConfigError, fixed_option_changes, reference_length, run_lengths, scheme_spec,
-                             to_dict, with_options)
+from pe_bench.config import (Config, ConfigError, compile_problem, fixed_option_changes, reference_length,
+                             run_lengths, scheme_spec, to_dict, with_options)
 from pe_bench.data import TokenizedCorpus, load_data
-from pe_bench.device import compile_problem, resolve_device, use_bf16, use_compile
+from pe_bench.device import resolve_device, use_bf16, use_compile
 from pe_bench.distributed import StopRequested, World, any_across, barrier, shutdown, world_from_env
 from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY, evaluate_accuracy
 from pe_bench.evaluate.accuracy import summary as accuracy_summary
@@ -44,7 +44,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
         torch.set_num_threads(cfg.train.threads)
     device = resolve_device(cfg.train.device)
     world = world_from_env(device)
-    problem = compile_problem(cfg.train, device, world.size)
+    problem = compile_problem(cfg.train, device.type, world.size)
     if problem:
         raise ConfigError(problem)
     try:

@@ -233,7 +233,7 @@ class Trainer:
             self.ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         net = self.ddp or model
         self.fwd = torch.compile(net, mode=compile_mode(self.tc)) if use_compile(self.tc, device) else net
-        self.graphs = compile_mode(self.tc) == "reduce-overhead"
+        self.graphs = self.tc.compile == "graphs"
         self.ctx = autocast(self.tc, device)
         self.tokens_per_step = self.tc.batch_size * self.tc.seq_len * self.tc.grad_accum
         self.my_micro = list(range(world.rank, self.tc.grad_accum, world.size))  # this process's share of a step

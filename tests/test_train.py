@@ -7,7 +7,8 @@ from pe_bench import runs as runs_mod
 from pe_bench import train as train_mod
 from pe_bench.config import compose
 from pe_bench.data import load_tokens
-from pe_bench.device import compile_mode, compile_problem, use_compile
+from pe_bench.config import compile_problem
+from pe_bench.device import compile_mode, use_compile
 from pe_bench.runs import Run, read_csv
 from pe_bench.train import lr_at, train
 
@@ -275,8 +276,8 @@ def test_cuda_graphs_are_torch_compiles_reduce_overhead_mode_on_one_gpu_only():
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     assert use_compile(graphs, gpu) and compile_mode(graphs) == "reduce-overhead"
     assert use_compile(on, cpu) and compile_mode(on) is None
-    assert compile_problem(graphs, gpu, 1) is None and compile_problem(on, cpu, 4) is None
-    assert "train.compile=on under torchrun" in compile_problem(graphs, gpu, 2)
-    assert "training runs on cpu" in compile_problem(graphs, cpu, 1)
+    assert compile_problem(graphs, "cuda", 1) is None and compile_problem(on, "cpu", 4) is None
+    assert "train.compile=on under torchrun" in compile_problem(graphs, "cuda", 2)
+    assert "training runs on cpu" in compile_problem(graphs, "cpu", 1)
     accumulating = compose(["train.compile=graphs", "train.batch_size=8", "train.grad_accum=4"]).train
-    assert "use train.batch_size=32 train.grad_accum=1" in compile_problem(accumulating, gpu, 1)
+    assert "use train.batch_size=32 train.grad_accum=1" in compile_problem(accumulating, "cuda", 1)

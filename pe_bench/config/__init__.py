@@ -21,13 +21,13 @@ from pe_bench.config.schema import (CHOICES, DATA_READS, EVAL_MODES, GROUPS, Att
 from pe_bench.config.scheme_options import (SchemeSpec, check_scheme, fixed_option_changes, model_shape, scheme_spec,
                                             with_options)
 from pe_bench.config.typed import omegaconf_message
-from pe_bench.config.validate import validate
+from pe_bench.config.validate import compile_problem, validate
 from pe_bench.errors import ConfigError
 from pe_bench.config.task_options import task_options
 
 __all__ = ["CHOICES", "DATA_READS", "EVAL_MODES", "GROUPS", "AttentionConfig", "Config", "ConfigError", "DataConfig",
            "EvalConfig", "FinetuneConfig", "LoggerConfig", "ModelConfig", "SchemeSpec", "SplitFiles", "TrainConfig",
-           "apply_overrides", "check_override_words", "check_scheme", "compose", "config_dir",
+           "apply_overrides", "check_override_words", "check_scheme", "compile_problem", "compose", "config_dir",
            "eval_lengths", "finetune_parent", "fixed_option_changes", "from_yaml", "from_yaml_text", "hydra_quoted",
            "model_shape",
            "omegaconf_message", "preset_dirs", "preset_names", "preset_path", "reference_length", "run_lengths",

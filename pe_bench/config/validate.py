@@ -75,9 +75,9 @@ def _check_relations(cfg: Config) -> None:
                               "chunk holds at least one token); PoSE's default is 2")
     elif t.pose_chunks != TrainConfig().pose_chunks:
         raise ConfigError(f"train.pose_chunks={t.pose_chunks} is read by PoSE only; set train.pose_target too")
-    if t.compile == "graphs" and t.device == "cpu":
-        raise ConfigError("train.compile=graphs records CUDA graphs, and training runs on cpu; use "
-                          "train.compile=on (or auto) there")
+    problem = compile_problem(t, t.device, 1) if t.device == "cpu" else None  # other devices: when resolved
+    if problem:
+        raise ConfigError(problem)
     f = cfg.finetune
     if f.from_run is None and (f.parent or f.new_positions != FinetuneConfig().new_positions
                                or f.trainable != FinetuneConfig().trainable):
@@ -102,6 +102,24 @@ def _check_relations(cfg: Config) -> None:
             raise ConfigError(f"eval.ratios has {fmt(short[0])}, an eval length of round({fmt(short[0])} × "
                               f"train.seq_len={t.seq_len}) = 0 tokens; use ratios >= {fmt(0.5 / t.seq_len)} "
                               "or eval.lengths=[...]")
+
+
+def compile_problem(tc: TrainConfig, device_type: str, processes: int) -> str | None:
+    """One line saying why ``train.compile`` cannot train on a ``device_type`` device with ``processes`` processes,
+    or None. CUDA graphs need one CUDA GPU and one micro-batch a step: with accumulation, a micro-batch's replay
+    would overwrite the gradients the last one left in the graphs' memory."""
+    if tc.compile != "graphs":
+        return None
+    if device_type != "cuda":
+        return (f"train.compile=graphs records CUDA graphs, and training runs on {device_type}; use "
+                "train.compile=on (or auto) there")
+    if processes > 1:
+        return ("train.compile=graphs trains on one GPU (CUDA graphs do not capture DDP's all-reduce here); use "
+                "train.compile=on under torchrun")
+    if tc.grad_accum > 1:
+        return (f"train.compile=graphs takes one micro-batch a step, and train.grad_accum={tc.grad_accum}; use "
+                f"train.batch_size={tc.batch_size * tc.grad_accum} train.grad_accum=1, or train.compile=on")
+    return None
 
 
 def _check_logger_reads(lg: LoggerConfig) -> None:
