@@ -289,8 +289,7 @@ def eval_section(chosen: dict, args) -> list[dict]:
             try:
                 fns[(n, "flex")] = eval_forward(n, "flex")
             except Exception as e:
-                out.append(row("3 eval 8L", n, f"{MODEL} T={EVAL_T} B={EVAL_B} flex", verdict="MISS",
-                               note=f"failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"))
+                out.append(failed("3 eval 8L", n, f"{MODEL} T={EVAL_T} B={EVAL_B} flex", e))
     times = rounds(fns, args.rounds, 2)
     for (n, backend) in sorted(fns):
         r = ratio(times, (n, backend), ("nope", "sdpa"))
