@@ -90,3 +90,33 @@ def test_the_same_sweep_or_a_named_out_may_write_and_dry_run_says_where(tmp_path
     assert r.exit_code == 0, r.output
     said = " ".join(r.output.split())
     assert f"the report to {tmp_path / 'elsewhere'}" in said and f"runs go to {results / 'runs'}" in said
+
+
+def _tables(out):
+    """What a report says, without its title: comparison.csv, comparison.md's body, eval_long.csv, results.json's
+    tables."""
+    import json
+
+    md = (out / "comparison.md").read_text().split("\n", 1)[1]
+    data = json.loads((out / "results.json").read_text())
+    data.pop("title", None)
+    data.pop("command", None)
+    return ((out / "comparison.csv").read_text(), md, (out / "eval_long.csv").read_text(),
+            json.dumps(data.get("tables", data), sort_keys=True))
+
+
+def test_the_main_jobs_sweep_at_smoke_scale_writes_the_tables_that_report_writes_from_its_runs(tmp_path):
+    """`pe-bench sweep sweep=paper` keeps every mode its evaluation produced: eval.max_tokens=null (the whole split,
+    recorded as budget 'all') keeps the non-overlapping rows, their plot and the context-use table."""
+    res = f"results_dir={tmp_path / 'results'}"
+    r = invoke("sweep", "sweep=paper", "scheme=nope,alibi", "train=smoke", "eval.max_tokens=null",
+               "eval.lengths=[32,64]", *TINY, res, "--no-progress", "--out", str(tmp_path / "swept"))
+    assert r.exit_code == 0, r.output
+    swept = tmp_path / "swept"
+    table = pd.read_csv(swept / "comparison.csv")
+    assert set(table["mode"]) == {"nonoverlapping", "sliding"}
+    assert (swept / "ppl_vs_length_nonoverlapping.png").exists()
+    r = invoke("report", str(tmp_path / "results" / "runs"), "--out", str(tmp_path / "reported"))
+    assert r.exit_code == 0, r.output
+    assert _tables(swept) == _tables(tmp_path / "reported")
+    assert sorted(p.name for p in swept.iterdir()) == sorted(p.name for p in (tmp_path / "reported").iterdir())

@@ -217,12 +217,13 @@ def _evaluated_here(points):
     """The report's row filter: this sweep's lengths and evaluation settings only, even if a run was also evaluated
     elsewhere (a fine-tune's budget 0 included: its parent evaluated with the fine-tune's settings)."""
     from pe_bench.config import eval_lengths, run_lengths
+    from pe_bench.evaluate.perplexity import budget_label
     from pe_bench.report import MODES
 
     wanted: dict[str, set[tuple[int, str, str]]] = {}  # run → (length, mode, token budget) this sweep evaluates
     for p in points:
         e = p.cfg.eval
-        keys = {(n, m, str(e.max_tokens if m == "nonoverlapping" else e.sliding_max_tokens))
+        keys = {(n, m, str(budget_label(e.max_tokens if m == "nonoverlapping" else e.sliding_max_tokens)))
                 for n in run_lengths(p.cfg) for m in MODES}
         wanted.setdefault(p.run.path.name, set()).update(keys)
         if p.cfg.finetune.from_run:  # its budget 0: the parent evaluated at the parent's lengths
