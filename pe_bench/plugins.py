@@ -134,30 +134,3 @@ def _ident(d: Path) -> str:
     import hashlib
 
     return "d" + hashlib.sha256(str(d).encode()).hexdigest()[:8]
-
-
-RECORDED = "search path: "  # how a run's meta.json records a plugin file from the search path (Module.origin)
-
-
-def recorded_dirs(run_dirs: list[Path]) -> dict[Path, str]:
-    """The search-path directories of the plugin files the runs' meta.json record and that still exist, not on the
-    search path now → the first run that recorded each. Read before any registry is built (so without
-    pe_bench.runs, whose RunMeta owns meta.json otherwise); a meta.json that cannot be read is passed over here
-    (the command reading the run names it)."""
-    import json
-
-    now = set(_path())
-    out: dict[Path, str] = {}
-    for run in run_dirs:
-        try:
-            record = json.loads((run / "meta.json").read_text(encoding="utf-8"))
-            made_with = record.get("plugins") or {}
-            origins = [str(o) for o in made_with.values()]
-        except (OSError, ValueError, AttributeError):
-            continue
-        for origin in origins:
-            if origin.startswith(RECORDED) and Path(origin[len(RECORDED):]).is_file():
-                where = Path(origin[len(RECORDED):]).resolve().parent.parent
-                if where not in now:
-                    out.setdefault(where, run.name)
-    return out

@@ -19,11 +19,11 @@ from test_extending import SCHEME, TASK, TASK_YAML, TINY, YAML  # the throwaway 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pe_bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def pe_bench(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The installed pe-bench, as a user runs it: from a directory outside the checkout, so that `-m pe_bench` is the
     installed package (CI installs it non-editable), not the sources beside the tests."""
     environ = {k: v for k, v in os.environ.items() if k != "PE_BENCH_PATH"}
-    return subprocess.run([sys.executable, "-m", "pe_bench", *args], cwd=tempfile.gettempdir(),
+    return subprocess.run([sys.executable, "-m", "pe_bench", *args], cwd=cwd or tempfile.gettempdir(),
                           env={**environ, **(env or {})}, capture_output=True, text=True)
 
 
@@ -59,24 +59,60 @@ def test_a_scheme_from_the_search_path_is_listed_trained_and_reported(own_dir, t
     assert reported.returncode == 0, reported.stdout[-3000:] + reported.stderr[-3000:]
     assert "| tilt | 32 |" in (tmp_path / "rep" / "comparison.md").read_text()
     assert f"pe-bench --path {mine} report" in (tmp_path / "rep" / "README.md").read_text()  # the command again
-    # without --path, a run remembers where its plugin was: loaded from there, said in one line
-    remembered = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep2"), "--no-plots")
-    assert remembered.returncode == 0, remembered.stdout[-3000:] + remembered.stderr[-3000:]
-    assert f"loading plugins from {mine}, where {run.name} recorded its plugin" in remembered.stderr
-    assert f"pe-bench --path {mine} report" in (tmp_path / "rep2" / "README.md").read_text()
-    listing = pe_bench("runs", str(tmp_path))
+    # without --path, a run's recorded plugin is shown, never imported: the command names it and says how to load it
+    for command in (["report", str(tmp_path), "--out", str(tmp_path / "rep2"), "--no-plots"],
+                    ["eval", str(run), "eval.lengths=[32,64]", "--no-progress"], ["analyze", str(run), "eval.lengths=[32]"]):
+        refused = pe_bench(*command)
+        assert refused.returncode == 2, (command, refused.stdout[-3000:] + refused.stderr[-3000:])
+        assert "loading plugins" not in refused.stderr
+        assert (f"made with the scheme plugin 'tilt' (search path: {mine / 'schemes' / 'tilt.py'})"
+                in " ".join((refused.stdout + refused.stderr).split())), command
+    assert not (tmp_path / "rep2").exists()
+    listing = pe_bench("runs", str(tmp_path))  # listed, with what it needs
+    assert listing.returncode == 0 and "loading plugins" not in listing.stderr
+    assert "which this pe-bench does not have: add its directory with --path" in " ".join(listing.stdout.split())
+    listing = pe_bench("--path", str(mine), "runs", str(tmp_path))
     assert listing.returncode == 0 and [run.name, "done"] in [line.split()[:2] for line in listing.stdout.splitlines()]
     for command in (["eval", str(run), "eval.lengths=[32,64]", "--no-progress"],
                     ["analyze", str(run), "eval.lengths=[32]"]):
-        again = pe_bench(*command)  # eval and analyze find the plugin the same way
+        again = pe_bench("--path", str(mine), *command)  # with --path, eval and analyze load it
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-        assert f"loading plugins from {mine}, where {run.name} recorded its plugin" in again.stderr, command
     assert (run / "analysis" / "attention.csv").exists()
     shutil.rmtree(mine)  # the plugin is gone: the report says which one it needs
     without = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep3"), "--no-plots")
     assert without.returncode == 2
     assert (f"{run.name} was made with the scheme plugin 'tilt' (search path: {mine / 'schemes' / 'tilt.py'}), "
             "which this pe-bench does not have: add its directory with --path") in without.stdout + without.stderr
+
+
+EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
+
+
+def test_reading_a_shared_results_directory_never_runs_code_shipped_inside_it(tmp_path):
+    """A results directory with plugin files beside its runs, and runs whose meta.json records them (relative and
+    absolute paths): `runs`, `report`, `eval` and `analyze` show the recorded path and import nothing."""
+    import shutil
+
+    results = tmp_path / "results"
+    marker = tmp_path / "ran"
+    for sub in ("schemes", "tasks"):
+        (results / "payload" / sub).mkdir(parents=True)
+        (results / "payload" / sub / "x.py").write_text(EVIL.format(marker=str(marker)))
+        (results / "payload" / sub / "evil.py").write_text(EVIL.format(marker=str(marker)))
+    source = ROOT / "results" / "tasks" / "runs" / "addition-alibi-tiny_fan_in-L32-s0-b64a55ac"
+    for name, where in (("relative", "results/payload/schemes/x.py"),
+                        ("absolute", str(results / "payload" / "schemes" / "x.py"))):
+        run = results / "runs" / f"addition-{name}"
+        shutil.copytree(source, run)
+        meta = json.loads((run / "meta.json").read_text())
+        meta["plugins"] = {"scheme x": f"search path: {where}", "task evil": f"search path: {where}"}
+        (run / "meta.json").write_text(json.dumps(meta))
+    for command in (["runs", "results"], ["report", "results", "--out", str(tmp_path / "rep"), "--no-plots"],
+                    ["eval", "results/runs/addition-relative"], ["analyze", str(results / "runs" / "addition-absolute")]):
+        got = pe_bench(*command, cwd=tmp_path)
+        assert not marker.exists(), (command, got.stdout[-2000:], got.stderr[-2000:])
+        assert "loading plugins" not in got.stdout + got.stderr and "Traceback" not in got.stdout + got.stderr
+    assert pe_bench("runs", "results", cwd=tmp_path).returncode == 0
 
 
 def test_a_task_with_its_own_option_from_the_search_path_trains(own_dir, tmp_path):

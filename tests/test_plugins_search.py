@@ -70,7 +70,6 @@ def test_search_path_modules_are_named_by_directory_and_files_starting_with_an_u
                                        f"pe_bench_plugins.schemes.{tag_one}.zeta",
                                        f"pe_bench_plugins.schemes.{tag_two}.alpha"]
     assert found[0].origin == f"search path: {one.resolve() / 'schemes' / 'alpha.py'}"
-    assert found[0].origin.startswith(plugins.RECORDED)
     assert [m.path.name for m in plugins.modules("tasks")] == ["t.py"]
 
 
@@ -182,29 +181,3 @@ def test_an_unimportable_name_has_no_spec_rather_than_an_error():
     assert plugins._find_spec("json") is not None
     assert plugins._first_line(ValueError("")) == "ValueError"
     assert plugins._first_line(ValueError("  one\ntwo ")) == "one"
-
-
-def test_the_directories_runs_recorded_are_those_off_the_search_path_whose_files_still_exist(tmp_path, monkeypatch):
-    on = tree(tmp_path / "on", {"schemes/a.py": ""})
-    off = tree(tmp_path / "off", {"schemes/b.py": "", "tasks/c.py": ""})
-    monkeypatch.setenv(plugins.ENV, str(on))
-
-    def run(name: str, record: object) -> Path:
-        (tmp_path / "runs" / name).mkdir(parents=True)
-        text = record if isinstance(record, str) else json.dumps(record)
-        (tmp_path / "runs" / name / "meta.json").write_text(text)
-        return tmp_path / "runs" / name
-
-    runs = [run("r0", {"status": "done"}),
-            run("r1", {"plugins": {"scheme a": f"search path: {on / 'schemes' / 'a.py'}"}}),
-            run("r2", {"plugins": {"scheme b": f"search path: {off / 'schemes' / 'b.py'}",
-                                   "task z": f"search path: {off / 'tasks' / 'gone.py'}",
-                                   "scheme e": "entry point: tiltplugin 0.3 (tiltplugin.tilt)"}}),
-            run("r3", {"plugins": {"task c": f"search path: {off / 'tasks' / 'c.py'}"}}),
-            run("r4", "{not json"), run("r5", ["a list"]), tmp_path / "runs" / "no-meta"]
-    assert plugins.recorded_dirs(runs) == {off.resolve(): "r2"}  # the first run that recorded it
-    assert plugins.recorded_dirs(runs[3:]) == {off.resolve(): "r3"}
-    assert plugins.recorded_dirs([runs[1]]) == {}  # on the search path already
-    assert plugins.recorded_dirs([runs[4], runs[6], runs[5], runs[3]]) == {off.resolve(): "r3"}  # past bad ones
-    other = run("r6", {"plugins": {"scheme b": "elsewhere:   " + str(off / "schemes" / "b.py")}})
-    assert len("elsewhere:   ") == len(plugins.RECORDED) and plugins.recorded_dirs([other]) == {}
