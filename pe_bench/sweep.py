@@ -25,7 +25,7 @@ from pe_bench import schemes, tasks
 from pe_bench.config import (GROUPS, Config, ConfigError, hydra_quoted, omegaconf_message, preset_names,
                              preset_path, validate)
 from pe_bench.finetune import compose_finetune, compose_run
-from pe_bench.runs import Run, RunMeta, State
+from pe_bench.runs import Run, RunMeta, State, finetune_of
 
 LAUNCHERS = ("local", "slurm")
 
@@ -377,29 +377,26 @@ def report_dir(sweep: SweepConfig, points: list[Point]) -> Path:
     return Path(sweep.out) if sweep.out else Path(points[0].cfg.results_dir) / sweep.name
 
 
-GRID_KEYS = ("schemes", "seeds", "seq_lens", "task", "model", "data", "train", "eval", "grid", "scheme_variants",
-             "overrides", "extension")  # the sweep.* keys that change which points a sweep has
-
-
-def grid_changes(run_keys: list[str], sweep_keys: list[str]) -> list[str]:
-    """The command line's overrides that change a sweep's grid: every run override but where results go, and the
-    sweep.* keys among GRID_KEYS."""
-    places = ("results_dir", "cache_dir")
-    return ([o for o in run_keys if o.partition("=")[0].lstrip("+~") not in places]
-            + [f"sweep.{o}" for o in sweep_keys if o.partition("=")[0].split(".")[0] in GRID_KEYS])
-
-
-def check_report_dir(sweep: SweepConfig, points: list[Point], changed: list[str]) -> None:
-    """Refuse, before anything runs, a sweep whose grid differs from its config's (``changed``: the command line's
-    run and sweep.* overrides) and whose default report directory holds files git tracks: committed results are
-    rewritten only by the command that made them, or into a directory the user names."""
-    from pe_bench.runs import git_tracked
-
-    out = report_dir(sweep, points)
-    if sweep.out or not changed or not git_tracked(out):
+def check_report_dir(sweep: SweepConfig, points: list[Point], committed: set[str] | None) -> None:
+    """Refuse, before anything runs, a sweep whose report directory holds files git tracks (``committed``: the runs
+    that report was made from; None where git tracks nothing there) unless the sweep's grid is that report's, whatever
+    the sweep is named: committed results are rewritten only by the grid that made them, or go to a place the user
+    names."""
+    if committed is None:
         return
-    raise ConfigError(f"{out} holds committed results (git tracks its files) and this sweep changes sweep={sweep.name}'s "
-                      f"grid ({' '.join(changed)}): give the report another place with --out DIR (or results_dir=DIR)")
+    out = report_dir(sweep, points)
+    names = {p.run.path.name for p in points}
+    children = {n: finetune_of(n) for n in committed if finetune_of(n) is not None}
+    stems = {n.rsplit("-", 1)[0] for n in names} if sweep.extension is not None else set()
+    strays = sorted((committed - set(children) - names) | {n for n, stem in children.items() if stem not in stems})
+    missing = sorted(names - committed)
+    if not strays and not missing:
+        return
+    said = "; ".join(f"{what}: {', '.join(some[:3])}{' …' * (len(some) > 3)} ({len(some)})"
+                     for what, some in (("runs it holds that this sweep lacks", strays),
+                                        ("this sweep's runs it lacks", missing)) if some)
+    raise ConfigError(f"{out} holds committed results (git tracks its files) made from another grid than this sweep's "
+                      f"({said}): give the report another place with --out DIR (or results_dir=DIR)")
 
 
 def evaluate_finished(points: list[Point], say: Callable[[str], None]) -> list[str]:

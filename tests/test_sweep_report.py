@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from pe_bench.cli import app
 from pe_bench.config import compose
-from pe_bench.sweep import expand, load_sweep
+from pe_bench.sweep import expand, load_sweep, plan, split_overrides
 
 runner = CliRunner()
 TINY = ["model.n_layers=1", "model.d_model=32"]
@@ -64,25 +64,59 @@ def test_smoke_evaluation_has_no_eval_time_variants_unless_asked():
     assert compose(["train=smoke", "eval.variants=true"]).eval.variants is True
 
 
-def _git_repo_with_committed_report(root, name="default"):
+def _git_repo_with_committed_report(root, name="default", runs=()):
+    """A git checkout whose results/<name> is a committed report made from ``runs`` (its results.json)."""
+    import json
+
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     (root / "results" / name).mkdir(parents=True)
     (root / "results" / name / "comparison.md").write_text("committed\n")
+    (root / "results" / name / "results.json").write_text(json.dumps({"runs": {r: {} for r in runs}, "files": []}))
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
     return root / "results"
 
 
+def _grid(*args):
+    """The run names of a sweep's points."""
+    name, sweep_keys, run_keys = split_overrides(list(args))
+    return [p.run.path.name for p in plan(expand(load_sweep(name, sweep_keys), run_keys))]
+
+
 def test_a_sweep_with_another_grid_refuses_to_overwrite_committed_results(tmp_path):
-    results = _git_repo_with_committed_report(tmp_path)
+    results = _git_repo_with_committed_report(tmp_path, runs=_grid("scheme=nope,alibi", "train=smoke", "seed=0"))
     r = invoke("sweep", "scheme=nope", "train=smoke", "seed=0", f"results_dir={results}", "--dry-run")
     assert r.exit_code == 2
-    assert "holds committed results" in r.output and "--out" in r.output
+    assert "holds committed results" in r.output and "--out" in r.output and "alibi-" in r.output
     assert not (results / "runs").exists()  # refused before anything exists
     assert (results / "default" / "comparison.md").read_text() == "committed\n"
 
 
+def test_a_sweep_renamed_to_a_committed_reports_name_is_refused_whatever_names_it(tmp_path):
+    """sweep.name=default, a sweep YAML whose name is 'default', or --out naming the committed directory: the grid
+    decides, not the name."""
+    results = _git_repo_with_committed_report(tmp_path, "paper", runs=_grid("sweep=paper"))
+    plugin = tmp_path / "mine" / "configs" / "sweep"
+    plugin.mkdir(parents=True)
+    (plugin / "mini.yaml").write_text("defaults:\n  - default\n  - _self_\nname: paper\nschemes: [nope]\nseeds: [0]\n"
+                                      "scheme_variants: []\n")
+    for args in (["sweep=default", "sweep.name=paper", "scheme=nope", "seed=0"], ["sweep=mini"],
+                 ["scheme=nope", "seed=0", "--out", str(results / "paper")]):
+        r = runner.invoke(app, ["sweep", *args, f"results_dir={results}", "--dry-run"],
+                          env={"PE_BENCH_PATH": str(tmp_path / "mine")})
+        assert r.exit_code == 2, (args, r.output)
+        assert "holds committed results" in r.output and "made from another grid" in r.output, args
+    assert not (results / "runs").exists()
+
+
+def test_a_committed_report_without_a_readable_results_json_is_never_written_by_a_sweep(tmp_path):
+    results = _git_repo_with_committed_report(tmp_path, "paper", runs=_grid("sweep=paper"))
+    (results / "paper" / "results.json").write_text("{not json")
+    r = invoke("sweep", "sweep=paper", f"results_dir={results}", "--dry-run")
+    assert r.exit_code == 2 and "unreadable" in r.output and "--out" in r.output
+
+
 def test_the_same_sweep_or_a_named_out_may_write_and_dry_run_says_where(tmp_path):
-    results = _git_repo_with_committed_report(tmp_path, "paper")
+    results = _git_repo_with_committed_report(tmp_path, "paper", runs=_grid("sweep=paper"))
     r = invoke("sweep", "sweep=paper", f"results_dir={results}", "--dry-run")  # the committed grid itself: fine
     assert r.exit_code == 0, r.output
     r = invoke("sweep", "scheme=nope", "train=smoke", "seed=0", f"results_dir={results}", "--dry-run",

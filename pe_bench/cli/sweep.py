@@ -41,7 +41,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sweep is every registered scheme × 3 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
-    from pe_bench.sweep import check_report_dir, expand, grid_changes, load_sweep, plan, report_dir, split_overrides
+    from pe_bench.sweep import check_report_dir, expand, load_sweep, plan, report_dir, split_overrides
 
     set_verbose(verbose)
     name, sweep_keys, run_keys = split_overrides(overrides or [])
@@ -58,7 +58,7 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     run_with = launchers.for_sweep(sw, command, emit_sbatch, progress)
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
-    check_report_dir(sw, points, grid_changes(run_keys, sweep_keys))
+    check_report_dir(sw, points, _committed_runs(report_dir(sw, points)))
     if dry_run:
         say(f"runs go to {points[0].run.path.parent}, the report to {report_dir(sw, points)}")
     results = _run_stage(points, sw, sw.name, run_with, dry_run)
@@ -148,6 +148,14 @@ def _print_plan(points, name: str) -> None:
              "corrupt": "unreadable (left out)"}
     counts = Counter(p.state for p in points)
     say(", ".join(f"{counts[s]} {w}" for s, w in words.items() if counts[s]))
+
+
+def _committed_runs(out: Path) -> set[str] | None:
+    """The runs of the report committed in ``out`` (None where git tracks nothing there)."""
+    from pe_bench.report.files import report_runs
+    from pe_bench.runs import git_tracked
+
+    return report_runs(out) if git_tracked(out) else None
 
 
 def _finish_sweep(points, results: dict[str, str], out: Path, title: str, seconds: float, wide: bool = False,

@@ -309,6 +309,20 @@ def earlier_report_files(out: Path) -> list[str]:
     return [n for n in [*files, *PAGES] if isinstance(n, str) and "/" not in n and (out / n).is_file()]
 
 
+def report_runs(out: Path) -> set[str]:
+    """The names of the runs the report in ``out`` was made from (its results.json); a RunFileError where there is no
+    readable results.json (what the report holds is unknown)."""
+    path = out / RESULTS_JSON
+    try:
+        runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+        if not isinstance(runs, dict):
+            raise TypeError("runs is not an object")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RunFileError(f"{path} is missing or unreadable ({type(e).__name__}): which runs the report in {out} "
+                           "holds is unknown; give the report another place with --out DIR") from None
+    return {str(name) for name in runs}
+
+
 def replace_together(out: Path, write: Callable[[Path], list[Path]]) -> list[Path]:
     """``write(staging)`` writes a report's files into a staging folder; once all are written they replace the report
     in ``out`` (staged_report). Any failure while writing leaves ``out`` as it was."""

@@ -102,6 +102,13 @@ def run_name(cfg: Config) -> str:
     return f"{head}-L{cfg.train.seq_len}-s{cfg.seed}-{h}"
 
 
+def finetune_of(name: str) -> str | None:
+    """The name stem a fine-tune's run name starts with (its parent's name without the hash), or None for a run
+    that is not a fine-tune."""
+    head, ft, _ = name.partition("-ft")
+    return head if ft and _.split("-")[0].isdigit() else None
+
+
 def run_dir_for(cfg: Config) -> Path:
     """The one place a run directory is derived from a config: <results_dir>/runs/<run_name>."""
     return Path(cfg.results_dir) / "runs" / run_name(cfg)
