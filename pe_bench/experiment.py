@@ -60,7 +60,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
                 run.path.mkdir(parents=True, exist_ok=True)
                 try:
                     held.enter_context(run.lock())
-                    done = run.is_done()
+                    done = run.is_trained()  # its evaluation rows may be gone: evaluated again, never retrained
                 except (RunBusy, RunFileError) as e:
                     refusal = e
             if any_across(world, refusal is not None, device):

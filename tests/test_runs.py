@@ -228,3 +228,33 @@ def test_numerics_name_torch_kernels_capped_without_mkl_and_onednn(monkeypatch, 
         monkeypatch.setenv(k, v)
     isa = torch.backends.cpu.get_cpu_capability()
     assert numerics(torch.device("cpu")) == f"torch {torch.__version__}, cpu {isa}{suffix}, {torch.get_num_threads()} threads"
+
+
+def test_a_done_run_whose_rows_are_gone_is_evaluated_again_never_retrained(tmp_path):
+    """eval.csv deleted from a finished run: train and eval add its rows again from the checkpoint; with the
+    checkpoint gone too, one line says the weights are gone."""
+    args = [*TINY, f"results_dir={tmp_path}", "--no-progress"]
+    assert runner.invoke(app, ["train", *args]).exit_code == 0
+    [run] = (tmp_path / "runs").iterdir()
+    rows = (run / "eval.csv").read_text()
+    trained = (run / "train.csv").read_text()
+    for command in (["train", *args], ["eval", str(run), "--no-progress"]):
+        (run / "eval.csv").unlink()
+        r = runner.invoke(app, command)
+        assert r.exit_code == 0, (command, r.output)
+        assert (run / "eval.csv").read_text() == rows and (run / "train.csv").read_text() == trained
+    (run / "eval.csv").unlink()
+    (run / "checkpoint.pt").unlink()
+    r = runner.invoke(app, ["train", *args])
+    assert r.exit_code == 2 and "checkpoint.pt is missing" in r.output and "cannot become" not in r.output
+
+
+def test_a_task_run_evaluated_on_the_development_examples_only_is_evaluated_on_the_test_examples_later(tmp_path):
+    args = ["task=passkey", "scheme=nope", "train=smoke", "model.n_layers=1", "model.d_model=32",
+            "train.steps=5", f"results_dir={tmp_path}", "--no-progress"]
+    assert runner.invoke(app, ["train", *args, "eval.heldout=dev"]).exit_code == 0
+    [run] = (tmp_path / "runs").iterdir()
+    assert (run / "accuracy_dev.csv").exists() and not (run / "accuracy.csv").exists()
+    r = runner.invoke(app, ["train", *args])
+    assert r.exit_code == 0, r.output
+    assert (run / "accuracy.csv").exists()

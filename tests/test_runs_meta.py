@@ -165,3 +165,30 @@ def test_an_analysis_made_while_the_run_trains_is_retired_at_its_next_checkpoint
     run = experiment.run_one(cfg, progress=False)
     assert not (run.path / "analysis").exists()
     assert (run.path / "analysis.stale-step5" / "attention.csv").exists()
+
+
+@pytest.mark.parametrize("key", ["status", "schema", "started"])
+def test_a_null_in_meta_json_costs_its_own_run_only(tmp_path, key):
+    """"status": null (not a status) is one line naming the file and the key; "schema": null reads as no schema
+    (version 1); either way every other run is listed and reported, and the run itself is refused in one line."""
+    import shutil
+
+    sources = sorted((ROOT / "results" / "tasks" / "runs").glob("passkey-nope-tiny-L32-s*"))
+    for src in sources:
+        shutil.copytree(src, tmp_path / "runs" / src.name)
+    bad = tmp_path / "runs" / sources[1].name / "meta.json"
+    bad.write_text(json.dumps({**json.loads(bad.read_text()), key: None}))
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert listed.exit_code == 0 and "Traceback" not in listed.output, listed.output
+    lines = [" ".join(line.split()) for line in listed.output.splitlines()]
+    assert sum(line.startswith("passkey-nope-tiny-L32-s") and " done " in line for line in lines) == (3 if key != "status"
+                                                                                                  else 2)
+    reported = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "rep"), "--no-plots"])
+    assert reported.exit_code == 0 and reported.exception is None or isinstance(reported.exception, SystemExit)
+    if key == "status":
+        assert any(sources[1].name in line and "unreadable" in line and "status is None" in line for line in lines)
+        assert "status is None, not one of" in " ".join(reported.output.split())
+        again = CliRunner().invoke(app, ["eval", str(bad.parent)])
+        assert again.exit_code == 2 and again.output.startswith("error: ") and len(again.output.splitlines()) == 1
+    else:
+        assert RunMeta.from_json(json.loads(bad.read_text()), bad).schema is None

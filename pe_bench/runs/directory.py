@@ -188,6 +188,11 @@ class Run:
         """Finished: never trained again (even if its checkpoint was deleted to save space)."""
         return self.status == Status.DONE and (self.eval_csv.exists() or self.accuracy_csv.exists())
 
+    def is_trained(self) -> bool:
+        """Trained to the end (meta.json says done), whether or not its evaluation rows are still there: never
+        trained again, only evaluated."""
+        return self.status == Status.DONE
+
     @property
     def status(self) -> Status:
         return self.meta().status

@@ -159,7 +159,7 @@ class RunMeta:
                 raise RunFileError(f"{path}: {key} is {value!r}, not {_type_word(hints[key])}; fix the value or move "
                                    "the run directory away")
             known[key] = Status(value) if key == "status" else value
-        if data.get("schema", SCHEMA) > SCHEMA:
+        if (data.get("schema") or SCHEMA) > SCHEMA:
             raise RunFileError(f"{path} was written by a newer pe-bench (meta.json schema {data['schema']}); update "
                                "pe-bench to read it")
         return cls(**known, extra=extra, order=list(data))
@@ -169,9 +169,10 @@ class RunMeta:
 
 
 def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON value has the type a field's annotation names (None always fits; a float field takes ints)."""
+    """Whether a JSON value has the type a field's annotation names (None where the annotation allows it; a float
+    field takes ints)."""
     if value is None:
-        return True
+        return type(None) in typing.get_args(hint)
     base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     kind = typing.get_origin(base[0]) or base[0]
     if kind is Status:
