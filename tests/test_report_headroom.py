@@ -10,12 +10,16 @@ from pe_bench.report.collect import Collected
 from pe_bench.report.headroom import headroom, markdown_table
 
 
-def rows(scheme: str, L: int, losses: dict[int, list[float]], mode: str = "sliding") -> list[dict]:
-    """Eval rows of one configuration: losses[L_eval] = one mean loss per seed."""
+def rows(scheme: str, L: int, losses: dict[int, list[float]], mode: str = "sliding", seeds: list[int] | None = None,
+         **changed) -> list[dict]:
+    """Eval rows of one configuration: losses[L_eval] = one mean loss per seed (seeds 0, 1, … unless given); the
+    same model, data and token budget and sliding settings as every other configuration unless ``changed``."""
+    base = {"setup": "tiny shakespeare", "tokens_trained": 2_048_000, "warmup": 512, "budget": 16384, "stride": 16,
+            "config": f"{scheme}-{L}"}
     return [{"run": f"{scheme}-{L}-{s}", "scheme": scheme, "label": scheme, "base_scheme": scheme.split("+")[0],
-             "L_train": L, "L_eval": n, "mode": mode, "split": "validation", "stride": 16, "seed": s,
-             "status": "ok", "ppl": math.exp(x), "tokens_scored": 16384}
-            for n, per_seed in losses.items() for s, x in enumerate(per_seed)]
+             "scheme_id": scheme.split("+")[0], "L_train": L, "L_eval": n, "mode": mode, "split": "validation",
+             "seed": s, "status": "ok", "ppl": math.exp(x), "tokens_scored": 16384, **base, **changed}
+            for n, per_seed in losses.items() for s, x in zip(seeds or range(len(per_seed)), per_seed)]
 
 
 def test_the_fraction_is_the_gain_past_L_over_the_trained_long_gain_paired_by_seed():
@@ -30,12 +34,13 @@ def test_the_fraction_is_the_gain_past_L_over_the_trained_long_gain_paired_by_se
     assert a["reference"] == "alibi trained at 512" and a["L_eval"] == 512 and a["seeds"] == 3
     assert a["gained"] == pytest.approx(0.1) and a["headroom"] == pytest.approx(0.4)
     assert a["fraction"] == pytest.approx(0.25) and a["lo"] == pytest.approx(0.25) == a["hi"]  # the same in every pair
-    n = t.loc["nope"]  # no NoPE reference: the best one (RoPE's, 1.5) stands in
-    assert n["reference"] == "rope trained at 512"
-    assert n["fraction"] == pytest.approx(np.mean([-0.8 / 0.7, -1.0 / 0.7, -1.2 / 0.7]))
-    assert n["lo"] < n["fraction"] < n["hi"] < 0
+    assert "nope" not in t.index  # no NoPE reference: another scheme's never stands in
     md = markdown_table(headroom(short, long))
     assert "| alibi | 64 | 512 | alibi trained at 512 | 2.100 | 2.000 | 1.700 | +0.100 | +0.400 | 25 % [25 %, 25 %] | 3 |" in md
+    long = Collected(pd.DataFrame(rows("nope", 512, {512: [1.5, 1.5, 1.5]})))
+    n = headroom(short, long).set_index("scheme").loc["nope"]
+    assert n["fraction"] == pytest.approx(np.mean([-0.8 / 0.7, -1.0 / 0.7, -1.2 / 0.7]))
+    assert n["lo"] < n["fraction"] < n["hi"] < 0
 
 
 def test_one_seed_has_no_interval_and_unmatched_lengths_give_no_row():
@@ -70,3 +75,52 @@ def test_a_reference_no_better_than_the_short_model_at_L_leaves_no_headroom_and_
     r = headroom(short, long).iloc[0]
     assert math.isnan(r["fraction"]) and r["headroom"] == pytest.approx(-0.1)
     assert "| -0.100 | no headroom | 2 |" in markdown_table(headroom(short, long))
+
+
+SHORT = rows("alibi", 64, {64: [2.0, 2.1, 2.2], 512: [1.9, 2.0, 2.1]})
+
+
+def test_a_short_seed_is_never_paired_with_a_reference_of_another_seed():
+    long = rows("alibi", 512, {512: [1.6, 1.7]}, seeds=[5, 6])
+    assert headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).empty
+    long = rows("alibi", 512, {512: [1.6, 1.7]}, seeds=[1, 6])
+    r = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).iloc[0]
+    assert r["seeds"] == 1 and r["long"] == pytest.approx(1.6) and r["note"] == "seeds 0, 2, 6 unpaired"
+
+
+@pytest.mark.parametrize("changed", [{"setup": "2 layers"}, {"tokens_trained": 1_024_000}, {"scheme_id": "alibi[x]"},
+                                     {"stride": 32}, {"warmup": 1024}, {"budget": 8192}])
+def test_a_reference_of_another_model_budget_scheme_or_sliding_pass_bounds_nothing(changed):
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8]}, **changed)
+    assert headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).empty
+
+
+def test_two_reference_configurations_are_two_rows_never_pooled_as_seeds():
+    long = (rows("alibi", 512, {512: [1.6, 1.7, 1.8]}, config="a", label="alibi · lr=1")
+            + rows("alibi", 512, {512: [1.5, 1.5, 1.5]}, config="b", label="alibi · lr=2"))
+    t = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long)))
+    assert t["reference"].tolist() == ["alibi · lr=1 trained at 512", "alibi · lr=2 trained at 512"]
+    assert t["seeds"].tolist() == [3, 3] and t["long"].round(6).tolist() == [1.7, 1.5]
+
+
+def test_a_second_evaluation_stride_is_not_a_second_seed():
+    short = SHORT + rows("alibi", 64, {64: [2.0, 2.1, 2.2], 512: [1.0, 1.0, 1.0]}, stride=32)
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8]})
+    t = headroom(Collected(pd.DataFrame(short)), Collected(pd.DataFrame(long)))
+    assert len(t) == 1 and t.iloc[0]["seeds"] == 3 and t.iloc[0]["fraction"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("side", ["short", "long"])
+def test_a_diverged_seed_on_either_side_gives_no_fraction_never_a_smaller_pairing(side):
+    short, long = [dict(r) for r in SHORT], rows("alibi", 512, {512: [1.6, 1.7, 1.8]})
+    broken = next(r for r in (short if side == "short" else long) if r["seed"] == 1 and r["L_eval"] == 512)
+    broken.update(status="diverged", ppl=float("nan"))
+    r = headroom(Collected(pd.DataFrame(short)), Collected(pd.DataFrame(long))).iloc[0]
+    assert math.isnan(r["fraction"]) and r["note"] == "diverged (seed 1)" and r["seeds"] == 3
+    assert "| — | — | 3 | diverged (seed 1) |" in markdown_table(pd.DataFrame([r]))
+
+
+def test_sliding_budgets_that_differ_between_a_references_lengths_are_paired_per_budget():
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8]}) + rows("alibi", 512, {256: [1.9, 1.9, 1.9]}, budget=8192)
+    t = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long)))
+    assert t["L_eval"].tolist() == [512] and t.iloc[0]["fraction"] == pytest.approx(0.25)

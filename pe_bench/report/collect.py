@@ -202,6 +202,10 @@ def _read_runs(runs: list[Run]) -> _Read:
             read.flat[config_id] = {k: v for k, v in read.flat[config_id].items() if k not in TAGGED}
         read.flat_scheme[config_id] = flatten({"scheme": {k: v for k, v in ident["scheme"].items() if k != "name"}})
         d["config"], d["group"], d["steps"] = config_id, group, cfg.train.steps
+        # what a trained-long reference must share with the run it bounds (pe_bench.report.headroom)
+        d["setup"] = digest({k: v for k, v in ident.items() if k in ("model", "data", "task")})
+        d["scheme_id"] = digest(ident["scheme"])
+        d["tokens_trained"] = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.train.seq_len
         # fine-tuning: the parent's configuration, the budget, the method (scheme label + PoSE, fine-tune length)
         d["ft_parent"] = cfg.finetune.parent_config or ""
         d["ft_steps"] = cfg.train.steps if cfg.finetune.from_run else 0

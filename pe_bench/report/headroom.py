@@ -9,10 +9,13 @@ same model trained at L·r with the same token budget (the *trained-long referen
 — 1: the extrapolating row does as well as training long; 0: it merely does not break; negative: it breaks. Losses
 are those of the sliding evaluation (pe_bench.evaluate.perplexity: every length scores the same tokens, each with at
 least L_eval − S tokens of context), so the early-token effect of non-overlapping blocks is not counted as a gain.
-A row is compared with the reference of its own base scheme where there is one, else with the best reference (the
-lowest loss at that length); seeds are paired in order (seed i with seed i) and the fraction's interval is a t
-interval over those pairs. Where a seed's reference is no better than the short model at L (headroom ≤ 0: training
-long with that budget did not pay), there is no fraction: the table says "no headroom".
+A row is compared only with references of its own trained scheme (same scheme options), the same model, data and
+task, and the same token budget, evaluated with the same sliding settings (stride, warm-up, token budget); each such
+reference configuration is a row of its own. Seeds are paired by seed number (seed i with seed i, seeds one side
+lacks named in the note), and the fraction's interval is a t interval over those pairs. A seed that diverged on
+either side gives no fraction ("diverged"), never a smaller pairing. Where a seed's reference is no better than the
+short model at L (headroom ≤ 0: training long with that budget did not pay), there is no fraction: the table says
+"no headroom".
 """
 
 from __future__ import annotations
@@ -28,55 +31,74 @@ from pe_bench.report.collect import Collected
 from pe_bench.runs import atomic_write_text
 
 COLUMNS = ["scheme", "L", "L_eval", "reference", "short_at_L", "short", "long", "gained", "headroom", "fraction",
-           "lo", "hi", "seeds"]
+           "lo", "hi", "seeds", "note"]
+SETTINGS = ["stride", "warmup", "budget"]  # a sliding pass's settings: rows of other settings are never paired
+MATCH = ["base_scheme", "scheme_id", "setup", "tokens_trained", *SETTINGS]  # what a reference shares with its row
 
 
 def _losses(col: Collected) -> pd.DataFrame:
-    """Sliding rows that hold a number: one per (label, L_train, L_eval, seed), with its mean loss."""
+    """Sliding rows, one per (run, label, L_eval, settings), with their loss (NaN where the row holds no number)."""
     d = col.df
-    d = d[(d["mode"] == "sliding") & (d["status"] == "ok")]
-    return d.assign(loss=np.log(d["ppl"].astype(float)))[["label", "base_scheme", "L_train", "L_eval", "seed", "loss"]]
+    d = d[d["mode"] == "sliding"]
+    loss = np.log(pd.to_numeric(d["ppl"], errors="coerce").astype(float))
+    cols = ["label", "config", "L_train", "L_eval", "seed", "status", *MATCH]
+    return d.assign(loss=loss, budget=d["budget"].astype(str), warmup=d["warmup"].astype(str),
+                    stride=d["stride"].astype(str))[[*cols, "loss"]]
 
 
 def headroom(short: Collected, long: Collected) -> pd.DataFrame:
-    """One row per short-trained row × longer evaluation length that a trained-long reference was evaluated at
-    (COLUMNS; losses in nats per token, means over seeds). Rows whose seeds or lengths do not line up are left out."""
+    """One row per short-trained row × longer evaluation length × matching trained-long reference configuration
+    (COLUMNS; losses in nats per token, means over the paired seeds)."""
     s, g = _losses(short), _losses(long)
     ref = g[g["L_train"] == g["L_eval"]]  # each reference at its own training length
     out = []
-    for (label, base, L), rows in s.groupby(["label", "base_scheme", "L_train"], sort=True):
-        at_L = rows[rows["L_eval"] == L].set_index("seed")["loss"]
-        for n in sorted(set(rows["L_eval"]) & set(ref["L_eval"])):
-            if n <= L or at_L.empty:
-                continue
-            mine = ref[ref["L_eval"] == n]
-            name = base if base in set(mine["base_scheme"]) else mine.groupby("base_scheme")["loss"].mean().idxmin()
-            r = _fraction(at_L, rows[rows["L_eval"] == n].set_index("seed")["loss"],
-                          mine[mine["base_scheme"] == name].sort_values("seed")["loss"].to_numpy())
-            if r is not None:
-                out.append({"scheme": label, "L": int(L), "L_eval": int(n), "reference": f"{name} trained at {n}",
-                            **r})
+    for (label, config, L), rows in s.groupby(["label", "config", "L_train"], sort=True):
+        for key, same in rows.groupby(MATCH, sort=True):
+            at_L = same[same["L_eval"] == L]
+            mine = ref.merge(pd.DataFrame([key], columns=MATCH), on=MATCH)
+            for n in sorted(set(same["L_eval"]) & set(mine["L_eval"])):
+                if n <= L or at_L.empty:
+                    continue
+                for _, r in mine[mine["L_eval"] == n].groupby("config", sort=True):
+                    row = _fraction(at_L, same[same["L_eval"] == n], r)
+                    if row is not None:
+                        out.append({"scheme": label, "L": int(L), "L_eval": int(n),
+                                    "reference": f"{r['label'].iloc[0]} trained at {n}", **row})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-def _fraction(at_L: pd.Series, at_n: pd.Series, long: np.ndarray) -> dict | None:
-    """Means and the fraction recovered over the seeds both short lengths have, paired in order with the
-    reference's seeds (as many pairs as the shorter side has)."""
-    seeds = sorted(set(at_L.index) & set(at_n.index))
-    k = min(len(seeds), len(long))
-    if k == 0:
+def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dict | None:
+    """Means and the fraction recovered over the seeds all three sides have, paired by seed; None where they share
+    none. A seed that diverged on any side (or holds two rows) gives no fraction."""
+    sides = [at_L, at_n, long]
+    seeds = sorted(set.intersection(*(set(x["seed"]) for x in sides)))
+    if not seeds:
         return None
-    a, b, c = at_L[seeds[:k]].to_numpy(), at_n[seeds[:k]].to_numpy(), long[:k]
+    unpaired = sorted(set().union(*(set(x["seed"]) for x in sides)) - set(seeds))
+    note = f"seeds {', '.join(map(str, unpaired))} unpaired" if unpaired else ""
+    kept = [x[x["seed"].isin(seeds)].sort_values("seed") for x in sides]
+    if any(x["seed"].duplicated().any() for x in kept):
+        return _blank(len(seeds), "two rows of one seed on one side: not paired")
+    bad = sorted({int(sd) for x in kept for sd, st in zip(x["seed"], x["status"]) if st != "ok"})
+    if bad:
+        return _blank(len(seeds), f"diverged (seed {', '.join(map(str, bad))})")
+    a, b, c = (x["loss"].to_numpy() for x in kept)
+    means = {"short_at_L": a.mean(), "short": b.mean(), "long": c.mean(), "gained": (a - b).mean(),
+             "headroom": (a - c).mean(), "seeds": len(seeds), "note": note}
     if (a - c).min() <= 0:  # the reference is no better than the short model at L: nothing to recover
-        return {"short_at_L": a.mean(), "short": b.mean(), "long": c.mean(), "gained": (a - b).mean(),
-                "headroom": (a - c).mean(), "fraction": math.nan, "lo": math.nan, "hi": math.nan, "seeds": k}
+        return {**means, "fraction": math.nan, "lo": math.nan, "hi": math.nan}
     frac = (a - b) / (a - c)
     lo = hi = math.nan
-    if k >= 2 and np.isfinite(frac).all():
+    if len(seeds) >= 2 and np.isfinite(frac).all():
         iv = stats.seed_interval(frac)
         lo, hi = iv.lo, iv.hi
-    return {"short_at_L": a.mean(), "short": b.mean(), "long": c.mean(), "gained": (a - b).mean(),
-            "headroom": (a - c).mean(), "fraction": float(frac.mean()), "lo": lo, "hi": hi, "seeds": k}
+    return {**means, "fraction": float(frac.mean()), "lo": lo, "hi": hi}
+
+
+def _blank(seeds: int, note: str) -> dict:
+    nan = math.nan
+    return {"short_at_L": nan, "short": nan, "long": nan, "gained": nan, "headroom": nan, "fraction": nan, "lo": nan,
+            "hi": nan, "seeds": seeds, "note": note}
 
 
 def markdown_table(t: pd.DataFrame) -> str:
@@ -86,13 +108,16 @@ def markdown_table(t: pd.DataFrame) -> str:
 
     def fraction(r) -> str:
         if math.isnan(r.fraction):
-            return "no headroom" if r.headroom <= 0 or math.isnan(r.headroom) else "—"
+            return "no headroom" if r.headroom <= 0 else "—"
         return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]")
 
-    rows = [[r.scheme, r.L, r.L_eval, r.reference, f"{r.short_at_L:.3f}", f"{r.short:.3f}", f"{r.long:.3f}",
-             f"{r.gained:+.3f}", f"{r.headroom:+.3f}", fraction(r), r.seeds] for r in t.itertuples()]
+    def num(x: float, spec: str) -> str:
+        return "—" if math.isnan(x) else format(x, spec)
+
+    rows = [[r.scheme, r.L, r.L_eval, r.reference, num(r.short_at_L, ".3f"), num(r.short, ".3f"), num(r.long, ".3f"),
+             num(r.gained, "+.3f"), num(r.headroom, "+.3f"), fraction(r), r.seeds, r.note] for r in t.itertuples()]
     return markdown.table(["scheme", "L", "L_eval", "reference", "loss at L", "loss at L_eval", "reference's loss",
-                           "gained", "headroom", "fraction recovered [95 %]", "seeds"], rows)
+                           "gained", "headroom", "fraction recovered [95 %]", "seeds", "note"], rows)
 
 
 def split_by_length(col: Collected, split: str = "validation") -> tuple[Collected, Collected] | None:
@@ -133,7 +158,8 @@ def write_headroom(col: Collected, out: Path, title: str, split: str = "validati
 LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluation (every length scores the same "
           "tokens, each with at least L_eval − S tokens of context). `gained`: loss at L minus loss at L_eval of the "
           "model trained at L; `headroom`: loss at L minus the loss at L_eval of the same scheme trained at L_eval "
-          "with the same token budget (the reference; the best reference where the scheme has none); fraction "
-          "recovered = gained / headroom, seeds paired in order, [95 % t interval over the pairs]: 100 % = as good as "
+          "with the same model, data and token budget, evaluated with the same sliding settings (the reference: its row "
+          "label says how its recipe differs); fraction recovered = gained / headroom, seeds paired by seed number, [95 "
+          "% t interval over the pairs]: 100 % = as good as "
           "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
           "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover.")
