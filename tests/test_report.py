@@ -19,6 +19,17 @@ def rows():
     ])
 
 
+def test_a_length_only_some_seeds_reached_is_said_and_longest_over_l_is_read_where_all_seeds_are():
+    """One extra evaluation length on one seed (eval.lengths=[1024] on seed 0): its cell says how many seeds it
+    holds, and longest/L and the context use are read at the longest length every seed reached."""
+    d = rows()
+    d = pd.concat([d, d[d["scheme"] == "alibi"].query("L_eval == 512 and seed == 0").assign(L_eval=1024, ppl=20.0)])
+    t = comparison(d, "nonoverlapping")
+    assert t.loc[("alibi", 64), "1024"] == "20.0 (1 of 2 seeds)"
+    assert t.loc[("alibi", 64), "longest/L"] == f"{10 / 11:.3f} (at 512)"
+    assert t.loc[("alibi", 64), "seeds"] == 2
+
+
 def test_comparison_means_over_seeds_and_marks_missing_cells():
     t = comparison(rows(), "nonoverlapping")
     assert list(t.columns) == ["64", "512", "longest/L", "seeds", "interval"]

@@ -34,6 +34,7 @@ from pe_bench.runs import Run, RunFileError, RunMeta, Status, digest, identity
 from pe_bench.tasks import build_task
 
 FINETUNE_COLUMNS = ("ft_parent", "ft_steps", "ft_method", "bare")  # collect_all's columns for the extension table
+REFERENCE_COLUMNS = ("setup", "scheme_id", "tokens_trained")  # what pairs a trained-long reference (report.headroom)
 PERPLEXITY_KEY = ["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision",
                   "warmup", "tokens_scored"]  # a row of one run: a second row with the same key is a second copy of the run
 ACCURACY_KEY = ["config", "seed", "task", "scheme", "L_eval", "depth", "examples", "step", "precision"]

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from pe_bench import markdown, stats
 from pe_bench.config import ConfigError
-from pe_bench.report.collect import FINETUNE_COLUMNS, Collected
+from pe_bench.report.collect import FINETUNE_COLUMNS, REFERENCE_COLUMNS, Collected
 from pe_bench.report.files import STATUS_CELL, WINDOW_KEY, window_key
 from pe_bench.runs import atomic_write_text
 
@@ -60,21 +60,25 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
     for name, L in dict.fromkeys(zip(d["row"], d["L_train"])):
         r = d[(d["row"] == name) & (d["L_train"] == L)]
         cells, means, kinds = {}, {}, set()
+        seeds = r["seed"].nunique()
         for n in lengths:
             c = r[r["L_eval"] == n]
             text, mean, kind = _cell_stats(col, c)
-            cells[str(n)] = text
+            partial = 0 < c["seed"].nunique() < seeds  # a length only some seeds reached: said, never passed off
+            cells[str(n)] = f"{text} ({c['seed'].nunique()} of {seeds} seeds)" if partial else text
             means[n] = mean
             if kind:
                 kinds.add(kind)
             stats[(name, int(L), n)] = (mean, c)
-        base, last = means.get(int(L), float("nan")), means[lengths[-1]]
-        broken = [cells[k] for k in (str(L), str(lengths[-1])) if cells.get(k) in ("diverged", "nan")]
-        cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last)
-                              else round(float(last / base), 3))
+        longest = reach(r)
+        base, last = means.get(int(L), float("nan")), means.get(longest, float("nan"))
+        broken = [cells[k] for k in (str(L), str(longest)) if cells.get(k) in ("diverged", "nan")]
+        at = "" if longest == lengths[-1] else f" (at {longest})"
+        cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last) or longest <= int(L)
+                              else round(float(last / base), 3) if not at else f"{last / base:.3f}{at}")
         if mode == "nonoverlapping":
-            cells[GAIN] = (gain_cell(col, r[r["L_eval"] == lengths[-1]], int(L), lengths[-1])
-                           if lengths[-1] > int(L) else "—")
+            gain = gain_cell(col, r[r["L_eval"] == longest], int(L), longest) if longest > int(L) else "—"
+            cells[GAIN] = gain + at if gain != "—" else gain
         cells["seeds"] = int(r["seed"].nunique())
         cells["interval"] = " / ".join(sorted(kinds)) or "—"
         rows.append(cells)
@@ -136,7 +140,8 @@ def gain_mean(col: Collected, c: pd.DataFrame, start: int, end: int) -> float:
 
 
 def context_table(col: Collected, split: str = "validation") -> pd.DataFrame:
-    """Context use at the longest length of each row of the nonoverlapping table: one column per position range
+    """Context use at the longest length every seed of a row reached (:func:`reach`), for each row of the
+    nonoverlapping table: one column per position range
     past L ([L, 2L), [2L, 4L), …, [L, longest)), the loss there minus the loss at [L/2, L) of L windows, nats per
     token, with its interval (:func:`gain_cell`), and the reference loss itself."""
     d, x = col.df, col.context
@@ -147,7 +152,7 @@ def context_table(col: Collected, split: str = "validation") -> pd.DataFrame:
     rows, index = [], []
     for name, L in dict.fromkeys(zip(d["row"], d["L_train"])):
         r = d[(d["row"] == name) & (d["L_train"] == L)]
-        longest = int(r["L_eval"].max())
+        longest = reach(r)
         c = r[r["L_eval"] == longest]
         mine = x[(x["L_train"] == int(L)) & (x["L_eval"] == longest)]
         ranges = sorted({(int(a), int(b)) for a, b in zip(mine["pos_start"], mine["pos_end"])},
@@ -163,6 +168,14 @@ def context_table(col: Collected, split: str = "validation") -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
+
+
+def reach(r: pd.DataFrame) -> int:
+    """The longest length every seed of one table row was evaluated at (the row's own longest length, where
+    longest/L and the context use are read: a length only some seeds reached would compare other seeds)."""
+    seeds = set(r["seed"])
+    full = [int(n) for n, g in r.groupby("L_eval") if set(g["seed"]) == seeds]
+    return max(full, default=int(r["L_eval"].max()))
 
 
 def row_names(d: pd.DataFrame) -> list[str]:
@@ -429,5 +442,6 @@ def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split
     # the fine-tuning columns only where there are fine-tunes (the long CSV of other reports stays as it was)
     fine_tunes = (df.get("ft_parent", pd.Series([], dtype=str)) != "").any()
     plain = df if fine_tunes else df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore")
+    plain = plain.drop(columns=list(REFERENCE_COLUMNS), errors="ignore")  # internal keys, not the runs' numbers
     atomic_write_text(out / "eval_long.csv", plain.to_csv(index=False))
     return col, [out / "eval_long.csv", *write_tables(col, out, title, split)]
