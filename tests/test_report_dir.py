@@ -94,3 +94,69 @@ def test_an_unreadable_results_json_refuses_to_replace_the_report(tmp_path):
     (out / "results.json").write_text("{")
     r = CliRunner().invoke(app, ["report", str(LM_RUN), "--out", str(out), "--no-plots"])
     assert r.exit_code == 2 and "cannot be replaced safely" in r.output
+
+
+def test_a_report_into_a_run_directory_or_a_file_is_refused_before_anything_is_written(tmp_path):
+    import shutil
+
+    run = tmp_path / TASK_RUN.name
+    shutil.copytree(TASK_RUN, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    for out in (run, run / "sub"):
+        r = CliRunner().invoke(app, ["report", str(run), "--out", str(out), "--no-plots"])
+        assert r.exit_code == 2 and "the run directory" in r.output and "--out another directory" in r.output
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # its own accuracy.csv untouched
+    (tmp_path / "a-file").write_text("mine\n")
+    r = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "a-file"), "--no-plots"])
+    assert r.exit_code == 2 and "is a file, not a directory" in r.output and r.output.count("\n") == 1
+    assert (tmp_path / "a-file").read_text() == "mine\n"
+
+
+def test_results_json_is_strict_json_whatever_meta_json_holds(tmp_path):
+    import shutil
+
+    run = tmp_path / "runs" / TASK_RUN.name
+    shutil.copytree(TASK_RUN, run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(final_train_loss=float("nan"), train_seconds=float("inf"), final_val_loss=float("-inf"))
+    (run / "meta.json").write_text(json.dumps(meta))  # Python writes NaN and Infinity, which JSON has not
+    report(run, "--out", tmp_path / "rep")
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    doc = json.loads((tmp_path / "rep" / "results.json").read_text(), parse_constant=refuse)
+    summary = doc["runs"][run.name]
+    assert (summary["final_train_loss"], summary["train_seconds"], summary["final_val_loss"]) == ("nan", "inf", "-inf")
+
+
+def test_two_reports_into_one_directory_at_once_leave_one_whole_report(tmp_path):
+    """Started together, the second waits for the first and then replaces it whole: never a mixed directory."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "rep"
+    procs = [subprocess.Popen([sys.executable, "-m", "pe_bench", "report", str(src), "--out", str(out), "--no-plots"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for src in (LM_RUN, TASK_RUN)]
+    assert [p.wait() for p in procs] == [0, 0], [p.stderr.read() for p in procs]
+    listed = json.loads((out / "results.json").read_text())["files"]
+    assert names(out) == set(listed) | set(PAGES)  # one report's files, whichever finished last
+    assert ("accuracy.csv" in listed) != ("comparison.csv" in listed)
+    assert not staging_of(out).exists()
+
+
+def test_a_report_directory_on_another_file_system_is_replaced_whole(tmp_path):
+    """--out a link to a directory on another file system: staged there, never renamed across devices."""
+    import os
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second file system (/dev/shm) on this machine")
+    with tempfile.TemporaryDirectory(dir=shm) as elsewhere:
+        (tmp_path / "link").symlink_to(elsewhere)
+        report(LM_RUN, "--out", tmp_path / "link")
+        report(TASK_RUN, "--out", tmp_path / "link")  # replaces the first whole
+        assert "accuracy.csv" in names(Path(elsewhere)) and "comparison.csv" not in names(Path(elsewhere))
+        assert staging_of(tmp_path / "link").parent == Path(elsewhere).resolve().parent  # on its file system
+        assert not staging_of(tmp_path / "link").exists()

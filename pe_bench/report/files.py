@@ -5,6 +5,7 @@ RunFileError naming it, never used in part), and a report directory replaced all
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import io
 import json
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pe_bench.errors import ConfigError
 from pe_bench.runs import Run, RunFileError, RunMeta, atomic_write_text
 
 NUMERIC = ("L_train", "L_eval", "stride", "tokens_scored", "seed")
@@ -249,31 +251,59 @@ RESULTS_JSON = "results.json"
 
 @contextmanager
 def staged_report(out: Path) -> Iterator[Path]:
-    """A staging folder beside ``out`` for every file of one report — tables, figures and pages. On success the files
-    of the report that was there (results.json lists them) that this one does not write are removed and the new ones
-    moved in; what pe-bench did not write (a COMMAND.txt, runs/) stays. A failure while writing leaves ``out`` as it
-    was; a process killed while moving leaves the plan on disk, and the next report into ``out`` finishes it first,
-    so ``out`` is the whole old report or the whole new one."""
-    finish_staged(out)
-    stage = staging_of(out)
-    stage.mkdir(parents=True)
+    """A staging folder on ``out``'s file system for every file of one report — tables, figures and pages. On success
+    the new files are moved in, then the files of the report that was there (results.json lists them) that this one
+    does not write are removed; what pe-bench did not write (a COMMAND.txt, runs/) stays. A failure while writing
+    leaves ``out`` as it was; a process killed while moving leaves the plan on disk, and the next report into
+    ``out`` finishes it first, so ``out`` is the whole old report or the whole new one. Reports into one directory
+    take turns (a lock on the directory that holds it). ``out`` that is a file, or a run directory, is refused
+    before anything is written."""
+    check_report_out(out)
+    with _turn(out.parent):
+        finish_staged(out)
+        stage = staging_of(out)
+        stage.mkdir(parents=True)
+        try:
+            yield stage
+            new = sorted(p.name for p in stage.iterdir() if p.is_file())
+            if not new:  # nothing written: the report there stays
+                return
+            stale = [n for n in earlier_report_files(out) if n not in new]
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(stage / PLAN, json.dumps({"move": new, "remove": stale}))
+        finally:
+            if not (stage / PLAN).exists():
+                shutil.rmtree(stage, ignore_errors=True)
+        finish_staged(out)
+
+
+def check_report_out(out: Path) -> None:
+    """A ConfigError where ``out`` cannot hold a report: an existing file, or a run directory (or a folder inside one:
+    a report there would replace the run's own files)."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a directory; give a directory for the report")
+    for d in [out, *out.resolve().parents]:
+        if (d / "meta.json").is_file() and (d / "config.yaml").is_file():
+            raise ConfigError(f"--out {out} is {'inside ' * (d != out)}the run directory {d}: a report there would "
+                              "replace the run's own files; give --out another directory")
+
+
+@contextmanager
+def _turn(parent: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``parent`` (the directory that holds a report directory) while a report is staged
+    and moved: a second report into it waits, then replaces the first whole."""
+    parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY)
     try:
-        yield stage
-        new = sorted(p.name for p in stage.iterdir() if p.is_file())
-        if not new:  # nothing written: the report there stays
-            return
-        stale = [n for n in earlier_report_files(out) if n not in new]
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(stage / PLAN, json.dumps({"move": new, "remove": stale}))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
     finally:
-        if not (stage / PLAN).exists():
-            shutil.rmtree(stage, ignore_errors=True)
-    finish_staged(out)
+        os.close(fd)  # closing releases the lock
 
 
 def finish_staged(out: Path) -> None:
-    """Carry out a staged report's plan (what a killed report left: moves still to do), or discard a staging folder
-    that has none (a report that never finished writing)."""
+    """Carry out a staged report's plan (what a killed report left: moves still to do, then removals), or discard a
+    staging folder that has none (a report that never finished writing)."""
     stage = staging_of(out)
     if not stage.is_dir():
         return
@@ -281,18 +311,22 @@ def finish_staged(out: Path) -> None:
         shutil.rmtree(stage)
         return
     plan = json.loads((stage / PLAN).read_text(encoding="utf-8"))
-    for name in plan["remove"]:
-        (out / name).unlink(missing_ok=True)
     for name in plan["move"]:
         if (stage / name).exists():
             os.replace(stage / name, out / name)
+    for name in plan["remove"]:
+        (out / name).unlink(missing_ok=True)
     shutil.rmtree(stage)
 
 
 def staging_of(out: Path) -> Path:
-    """The staging folder of the report directory ``out``: beside it, so that ``out`` exists only once a report
-    is complete."""
-    return out.parent / f".{out.name}.staging"
+    """The staging folder of the report directory ``out``: beside it on the same file system (so that ``out`` exists
+    only once a report is complete, and every move is a rename), or inside it where ``out`` is a mount point or a
+    link to another file system."""
+    real = out.resolve()
+    if real.is_dir() and os.stat(real).st_dev != os.stat(real.parent).st_dev:
+        return real / ".pe-bench-staging"
+    return real.parent / f".{real.name}.staging"
 
 
 def earlier_report_files(out: Path) -> list[str]:

@@ -9,6 +9,7 @@ import csv
 import html
 import importlib.metadata
 import json
+import math
 import platform
 import re
 from collections import Counter
@@ -135,8 +136,21 @@ def write_results_json(out: Path, title: str, command: str, written: list[Path],
            "runs": {name: m.summary() for name, m in sorted(meta.items())},
            "tables": _data(_tables(written)), "files": [p.name for p in written], "left_out": list(left_out)}
     path = out / "results.json"
-    atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    atomic_write_text(path, json.dumps(strict(doc), indent=1, sort_keys=True, ensure_ascii=False,
+                                       allow_nan=False) + "\n")
     return path
+
+
+def strict(value: Any) -> Any:
+    """``value`` as strict JSON holds it: a NaN or infinite number (which JSON has no word for, and a meta.json may
+    hold) becomes the string Python writes for it ("nan", "inf", "-inf"), never a bare NaN token."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
 
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:1400px;margin:2em auto;padding:0 1em;color:#222}"
