@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from pe_bench.config import TrainConfig
+from pe_bench.config import TrainConfig, compile_problem
 from pe_bench.errors import ConfigError
 
 
@@ -24,6 +24,14 @@ def resolve_device(name: str) -> torch.device:
         return torch.device(name)
     except RuntimeError:
         raise ConfigError(f"train.device={name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+
+
+def check_compile(tc: TrainConfig) -> None:
+    """Refuse (ConfigError) a ``train.compile`` that cannot train on the device ``train.device`` resolves to here,
+    with this process's torchrun world: what training would refuse, said before anything is created."""
+    problem = compile_problem(tc, resolve_device(tc.device).type, int(os.environ.get("WORLD_SIZE", "1")))
+    if problem:
+        raise ConfigError(problem)
 
 
 def use_bf16(tc: TrainConfig, device: torch.device) -> bool:

@@ -13,6 +13,7 @@ import dataclasses
 import math
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -23,6 +24,7 @@ from pe_bench.ranges import fmt, numeric_fields, range_problem
 
 runner = CliRunner()
 SCHEMES = schemes.available()
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="train.compile=graphs trains where a GPU is visible")
 PARTS = [n for n in SCHEMES if n != "hybrid"]
 
 
@@ -274,6 +276,9 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, message, tmp_pat
     (["train", "hydra.run.dir=/tmp/elsewhere"], "does not use Hydra's own settings"),
     (["sweep", "+train.lr=1", "--dry-run"], "write train.lr=1"),
     (["train", "-m", "scheme=rope,alibi"], "pe-bench sweeps with `pe-bench sweep"),
+    *[pytest.param(["sweep", "scheme=nope", "seed=0", "train=smoke", "train.compile=graphs", *dry],
+                   "train.compile=graphs records CUDA graphs, and training runs on cpu", marks=NO_GPU)
+      for dry in ([], ["--dry-run"])],
 ])
 def test_hydra_habits_and_values_training_would_die_on_are_one_line_before_anything_exists(args, message, tmp_path):
     r = runner.invoke(app, [*args, f"results_dir={tmp_path}"])
@@ -284,3 +289,6 @@ def test_hydra_habits_and_values_training_would_die_on_are_one_line_before_anyth
 def test_cfg_refuses_what_train_refuses():
     r = runner.invoke(app, ["train", "scheme=rope", "scheme.base=-1", "--cfg"])
     assert r.exit_code == 2 and "scheme.base=-1 is out of range" in r.output
+    if not torch.cuda.is_available():  # auto resolves to this machine's CPU
+        r = runner.invoke(app, ["train", "train.compile=graphs", "--cfg"])
+        assert r.exit_code == 2 and "train.compile=graphs records CUDA graphs" in r.output

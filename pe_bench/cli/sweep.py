@@ -58,6 +58,11 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     run_with = launchers.for_sweep(sw, command, emit_sbatch, progress)
     t0 = time.perf_counter()
     points = plan(expand(sw, run_keys))
+    if sw.launcher == "local":  # a Slurm task resolves its own device
+        from pe_bench.device import check_compile
+
+        for p in points:
+            check_compile(p.cfg.train)  # what every point's training would refuse, before any run directory exists
     check_report_dir(sw, points, _committed_runs(report_dir(sw, points)))
     if dry_run:
         say(f"runs go to {points[0].run.path.parent}, the report to {report_dir(sw, points)}")

@@ -57,7 +57,10 @@ def _train(overrides: list[str], progress: bool, cfg_only: bool) -> None:
     from pe_bench.config import check_scheme
 
     if cfg_only:
+        from pe_bench.device import check_compile
+
         check_scheme(cfg)  # --cfg refuses what training refuses
+        check_compile(cfg.train)
         _print_cfg(cfg)
         return
     from pe_bench.distributed import stop_on_signals
