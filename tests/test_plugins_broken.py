@@ -68,3 +68,19 @@ def test_a_plugin_file_whose_name_starts_with_an_underscore_is_not_a_plugin(plug
     (plugin_dir / "schemes" / "_helpers.py").write_text(SCHEME)  # a helper module beside the plugins, not one
     listed = pe_bench("schemes", env={"PE_BENCH_PATH": str(plugin_dir)})
     assert listed.returncode == 0 and "tilt" not in listed.stdout and "left out" not in listed.stderr
+
+
+def test_a_scheme_plugin_that_fails_after_defining_its_class_is_never_used(plugin_dir, tmp_path):
+    """The class registers itself as its module runs; the import then fails (a missing package, last line): the
+    scheme is refused in one line (exit 2) naming the plugin and the error, and nothing is trained with it."""
+    from test_extending import SCHEME, YAML
+
+    (plugin_dir / "schemes" / "tilt.py").write_text(SCHEME + "\nimport no_such_package_anywhere\n")
+    (plugin_dir / "configs" / "scheme").mkdir(parents=True)
+    (plugin_dir / "configs" / "scheme" / "tilt.yaml").write_text(YAML)
+    r = pe_bench("--path", str(plugin_dir), "train", "scheme=tilt", "train=smoke", f"results_dir={tmp_path / 'res'}",
+                 "--no-progress")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "KeyError" not in r.stderr, r.stderr[-2000:]
+    said = " ".join(r.stderr.split())
+    assert "scheme 'tilt' comes from search path:" in said and "No module named 'no_such_package_anywhere'" in said
+    assert not (tmp_path / "res").exists()

@@ -129,15 +129,21 @@ def _load_all() -> None:
                 plugins.load(module)
             except ConfigError as e:
                 plugins.note(str(e))
+                from pe_bench.schemes.base import REGISTRY  # a class registered before the import failed: unused
+
+                for name in [n for n, cls in REGISTRY.items() if cls.__module__ == module.name]:
+                    del REGISTRY[name]
 
 
 def get(name: str) -> type[Scheme]:
     registry = __getattr__("REGISTRY")
-    try:
+    if name in registry:
         return registry[name]
-    except KeyError:
-        raise KeyError(f"unknown scheme {name!r}; choose one of: {', '.join(available())}"
-                       f"{plugins.problems_said()}") from None
+    if name in catalog():  # read from its source, but its module failed to import: one line, exit 2
+        raise ConfigError(f"scheme {name!r} comes from {catalog()[name].origin}, which cannot be used"
+                          f"{plugins.problems_said()}")
+    raise ConfigError(f"unknown scheme {name!r}; choose one of: {', '.join(n for n in available() if n in registry)}"
+                      f"{plugins.problems_said()}")
 
 
 def lacking_legacy_options(scheme: dict[str, Any]) -> dict[str, Any]:
