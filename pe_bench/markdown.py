@@ -23,10 +23,19 @@ def label_value(v: Any) -> str:
     return str(v)
 
 
+TAG = re.compile(r"<(?=[A-Za-z/!?])")  # what opens an HTML tag, comment or declaration in markdown
+
+
+def inline(text: str) -> str:
+    """Text as markdown shows it, never as HTML: a '<' that would open a tag (``<script>``) written as ``&lt;``
+    (a '<' before a space or a digit, as in "< L", stays)."""
+    return TAG.sub("&lt;", text)
+
+
 def cell(v: Any) -> str:
-    """A markdown table cell that renders as the text it holds: backslashes and pipes escaped, line breaks written
-    as \\n (a cell is one line)."""
-    text = str(v)
+    """A markdown table cell that renders as the text it holds: HTML tags written as text (:func:`inline`),
+    backslashes and pipes escaped, line breaks written as \\n (a cell is one line)."""
+    text = inline(str(v))
     if not any(ch in text for ch in "\\|\r\n"):
         return text
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "\\r").replace("\n", "\\n")

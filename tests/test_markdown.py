@@ -29,3 +29,26 @@ def test_a_table_is_a_header_a_rule_and_one_line_per_row_every_cell_escaped():
         "| rope | 1.5 |\n"
         "| x\\ny |  |")
     assert table(["only"], []) == "| only |\n|---|"
+
+
+def test_text_that_would_open_an_html_tag_is_written_as_text():
+    from pe_bench.markdown import cell, inline
+
+    assert cell('data.doc_separator="<script>alert(1)</script>"') == (
+        'data.doc_separator="&lt;script>alert(1)&lt;/script>"')
+    assert inline("pe-bench report <img src=x onerror=1> <!-- x -->") == "pe-bench report &lt;img src=x onerror=1> &lt;!-- x -->"
+    assert cell("L [< L, 2L]") == "L [< L, 2L]" and cell("a<2") == "a<2"  # not a tag: as it is
+
+
+def test_a_report_whose_title_and_labels_hold_html_writes_none_of_it_raw(tmp_path):
+    from pathlib import Path
+
+    from pe_bench.report.pages import write_readme
+
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "comparison.md").write_text("# t\n\n| scheme |\n|---|\n| x |\n")
+    text = write_readme(out, "pe-bench report <script>alert(1)</script>", "pe-bench report", [out / "comparison.md"],
+                        {}, ["<script>left</script> out"]).read_text()
+    assert "<script" not in text and "&lt;script>alert(1)" in text and "&lt;script>left" in text
+    assert Path(out / "README.md").exists()

@@ -134,7 +134,7 @@ def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataF
     written."""
     df = acc.df.sort_values(["task", "L_train", "scheme", "seed", "L_eval", "depth"], kind="stable")
     atomic_write_text(out / "accuracy_long.csv", df.drop(columns=["outcomes"], errors="ignore").to_csv(index=False))
-    parts, md = [], [f"# {title}\n"]
+    parts, md = [], [f"# {markdown.inline(title)}\n"]
     for task in sorted(df["task"].unique()):
         d = df[df["task"] == task]
         examples = sorted(int(x) for x in d["examples"].unique())

@@ -69,7 +69,7 @@ def write_extension(t: pd.DataFrame, out: Path, title: str = "", split: str = "v
     paths = [out / "extension.csv", out / "extension.md"]
     atomic_write_text(paths[0], t.to_csv(index=False))
     header = list(t.columns)
-    lines = [f"# {title}\n" if title else "",
+    lines = [f"# {markdown.inline(title)}\n" if title else "",
              f"## Perplexity after fine-tuning, by method and budget (non-overlapping blocks, {split} split; columns: "
              "eval length in tokens; steps 0 = the parent evaluated with the method's eval-time options)\n",
              markdown.table(header, t.itertuples(index=False))]

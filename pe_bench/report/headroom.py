@@ -149,7 +149,7 @@ def write_headroom(col: Collected, out: Path, title: str, split: str = "validati
         return []
     csv_path, md_path = out / "headroom.csv", out / "headroom.md"
     atomic_write_text(csv_path, t.round(6).to_csv(index=False))
-    head = f"# {title}\n\n" if title else ""
+    head = f"# {markdown.inline(title)}\n\n" if title else ""
     atomic_write_text(md_path, f"{head}## What fraction of the trained-long headroom each row recovers ({split} "
                                f"split, sliding evaluation)\n\n{markdown_table(t)}\n\n{LEGEND}\n")
     return [csv_path, md_path]

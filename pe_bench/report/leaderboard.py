@@ -170,7 +170,7 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | 
     """leaderboard.md: the two summaries (schemes × tasks, the relative then the absolute effective length, each
     defined in one sentence above it; ``extra``: more columns by scheme, e.g. perplexity), then each task's details
     (``floors``: a line per task, :func:`floor_lines`)."""
-    md = [f"# {title}: effective length\n"]
+    md = [f"# {markdown.inline(title)}: effective length\n"]
     for view, sentence in (("effective", RELATIVE_SENTENCE), ("absolute", ABSOLUTE_SENTENCE)):
         t = summary_table(board, view)
         if extra is not None:

@@ -36,7 +36,7 @@ def write_readme(out: Path, title: str, command: str, written: list[Path], meta:
     """README.md of a report directory: the command that wrote it, the runs (status, time, environment, as their
     meta.json records them), the tables of the markdown files written and the figures, and the runs left out. Made
     of nothing but these, so the same runs and command give the same bytes."""
-    parts = [f"# {title}\n\nWritten by `pe-bench report` with the files beside it; this command writes them again "
+    parts = [f"# {markdown.inline(title)}\n\nWritten by `pe-bench report` with the files beside it; this command writes them again "
              f"from the same runs, byte for byte (`--out` naming this directory):\n\n```bash\n{command}\n```\n",
              _runs_section(meta)]
     for p in written:

@@ -326,7 +326,7 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
     col = df if isinstance(df, Collected) else Collected(df)
     df = col.df
     out_dir.mkdir(parents=True, exist_ok=True)
-    parts, md = [], [f"# {title}\n" if title else ""]
+    parts, md = [], [f"# {markdown.inline(title)}\n" if title else ""]
     for mode in MODES:
         t = comparison(col, mode, split)
         if t.empty:
