@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -380,3 +381,18 @@ def test_an_unreadable_run_file_is_one_line_exit_2_for_eval_as_for_train(trained
     assert out.startswith("error: ") and f"{run / name} is unreadable" in out, out
     assert r.output.strip().count("\n") == 0, r.output
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+def test_ctrl_c_during_a_report_says_the_report_directory_is_as_it_was(tmp_path, monkeypatch):
+    from pe_bench.report import pages
+
+    run = next((Path(__file__).resolve().parents[1] / "results" / "tasks" / "runs").glob("passkey-alibi-*"))
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pages, "write_index", ctrl_c)
+    r = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 130, r.output
+    assert "the report directory is as it was" in r.output and "checkpoint" not in r.output
+    assert not (tmp_path / "rep").exists()

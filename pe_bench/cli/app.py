@@ -156,6 +156,11 @@ def _raised(e: BaseException, module: str, name: str) -> bool:
     return mod is not None and isinstance(e, getattr(mod, name))
 
 
+TRAINS = "run the same command again to resume from the last checkpoint"
+INTERRUPTED = {"train": TRAINS, "finetune": TRAINS, "sweep": TRAINS,  # what to do after Ctrl-C, by command
+               "report": "the report directory is as it was; run the same command again"}
+
+
 def friendly(fn: Callable) -> Callable:
     """Bad input → one line and exit 2; a crash → one line and exit 1 (PE_BENCH_DEBUG=1 shows the traceback)."""
 
@@ -166,7 +171,7 @@ def friendly(fn: Callable) -> Callable:
         except typer.Exit:
             raise
         except KeyboardInterrupt:
-            warn("interrupted: run the same command again to resume from the last checkpoint")
+            warn(f"interrupted: {INTERRUPTED.get(fn.__name__, 'run the same command again')}")
             raise typer.Exit(130) from None
         except BrokenPipeError:  # the reader of the output went away (`| head`): nothing more to say to anyone
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
