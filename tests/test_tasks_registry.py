@@ -4,14 +4,18 @@ or named like a built-in one does to the registry."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from pe_bench import plugins, tasks
 from pe_bench.errors import ConfigError
 
-BUILT_IN = ["addition", "assoc_recall", "common_words", "copy", "counting", "flipflop", "lm", "needle_multikey",
-            "needle_multivalue", "passkey", "reverse", "variable_tracking"]
+# The built-in tasks: the `name = "..."` of each module of pe_bench/tasks (a task added as one file is one more).
+BUILT_IN = sorted(m.group(1) for p in (Path(tasks.__file__).parent).glob("*.py")
+                  for m in re.finditer(r'^    name = "(\w+)"', p.read_text(), re.M))
 
 
 @pytest.fixture
