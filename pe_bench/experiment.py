@@ -6,10 +6,11 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import torch
 
-from pe_bench import schemes, tasks
+from pe_bench import plugins, schemes, tasks
 from pe_bench.build import build_scheme
 from pe_bench.config import (Config, ConfigError, compile_problem, fixed_option_changes, reference_length,
                              run_lengths, scheme_spec, to_dict, with_options)
@@ -129,14 +130,42 @@ def _train_and_evaluate(run: Run, cfg: Config, corpus: TokenizedCorpus | TaskDat
 
 
 def _plugins(cfg: Config) -> dict[str, dict[str, str]]:
-    """``{"plugins": {"scheme tilt": origin, ...}}`` for a scheme (or a composite's part) or a task that is not
-    pe-bench's own (pe_bench.plugins), so that a report without the plugin can say which one it needs; {} otherwise."""
+    """``{"plugins": {"scheme tilt": origin, ...}, "plugin_sha256": {"scheme tilt": sha256, ...}}`` for a scheme (or
+    a composite's part) or a task that is not pe-bench's own (pe_bench.plugins), so that a report without the plugin
+    can say which one it needs and an evaluation refuses one whose code changed since; {} otherwise."""
+    out = {key: origin for key, (origin, _) in _plugin_files(cfg).items()}
+    return {"plugins": out, "plugin_sha256": plugin_hashes(cfg)} if out else {}
+
+
+def _plugin_files(cfg: Config) -> dict[str, tuple[str, Path]]:
+    """"scheme tilt" / "task x" → (where the plugin came from, its module's file) for the run's plugins."""
     catalog = schemes.catalog()
     names = [cfg.scheme["name"], *(p.get("name") for p in cfg.scheme.get("parts") or [] if isinstance(p, dict))]
-    out = {f"scheme {n}": catalog[n].origin for n in names if n in catalog and catalog[n].origin != "pe-bench"}
+    files = {m.name: m.path for kind in ("schemes", "tasks") for m in plugins.modules(kind)}
+    out = {f"scheme {n}": (catalog[n].origin, files.get(catalog[n].module)) for n in names
+           if n in catalog and catalog[n].origin != "pe-bench"}
     if tasks.origin(cfg.task.name) != "pe-bench":
-        out[f"task {cfg.task.name}"] = tasks.origin(cfg.task.name)
-    return {"plugins": out} if out else {}
+        module = tasks.get(cfg.task.name).__module__
+        out[f"task {cfg.task.name}"] = (tasks.origin(cfg.task.name), files.get(module))
+    return out
+
+
+def plugin_hashes(cfg: Config) -> dict[str, str]:
+    """The sha256 of each of the run's plugin files as they are now ("?" where the file is not found)."""
+    return {key: file_sha256(path) if path is not None and path.is_file() else "?"
+            for key, (_, path) in _plugin_files(cfg).items()}
+
+
+def check_plugin_code(run: Run, cfg: Config) -> None:
+    """Refuse to evaluate a run whose plugin's file changed since it was trained: its rows would come from other
+    code under the run's label."""
+    recorded = run.meta().plugin_sha256 or {}
+    now = plugin_hashes(cfg)
+    changed = [k for k, sha in recorded.items() if now.get(k) != sha]
+    if changed:
+        raise ConfigError(f"the {changed[0]} plugin's file changed since {run.path.name} was trained (sha256 "
+                          f"{recorded[changed[0]][:12]} then, {now.get(changed[0], '?')[:12]} now): its rows would "
+                          "come from other code; restore the file, or train the run again in a new results_dir")
 
 
 def final_metrics(rows: list[dict], scheme: str, task: str) -> dict[str, float]:
@@ -234,6 +263,7 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
     these settings are all there already. ``trained``: the config the run was trained with, when ``cfg`` carries
     eval-time scheme options (the checkpoint is checked against it). ``progress``: bars on a terminal (one plain
     line per finished length × mode is printed either way). Returns this evaluation's rows."""
+    check_plugin_code(run, cfg)
     device = device or resolve_device(cfg.train.device)
     corpus = corpus or load_data(cfg)
     spec = scheme_spec(cfg.scheme)

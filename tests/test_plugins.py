@@ -78,6 +78,14 @@ def test_a_scheme_from_the_search_path_is_listed_trained_and_reported(own_dir, t
         again = pe_bench("--path", str(mine), *command)  # with --path, eval and analyze load it
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert (run / "analysis" / "attention.csv").exists()
+    assert set(json.loads((run / "meta.json").read_text())["plugin_sha256"]) == {"scheme tilt"}
+    rows = (run / "eval.csv").read_text()
+    tilt = mine / "schemes" / "tilt.py"
+    tilt.write_text(tilt.read_text().replace("-self.options.slope", "-2 * self.options.slope"))  # edited since
+    edited = pe_bench("--path", str(mine), "eval", str(run), "eval.lengths=[32,128]", "--no-progress")
+    assert edited.returncode == 2, edited.stdout[-3000:] + edited.stderr[-3000:]
+    assert "the scheme tilt plugin's file changed since" in " ".join(edited.stderr.split())
+    assert (run / "eval.csv").read_text() == rows  # no row from the new code under the old label
     shutil.rmtree(mine)  # the plugin is gone: the report says which one it needs
     without = pe_bench("report", str(tmp_path), "--out", str(tmp_path / "rep3"), "--no-plots")
     assert without.returncode == 2

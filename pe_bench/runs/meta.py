@@ -80,6 +80,7 @@ class RunMeta:
     precision: str | None = None
     compiled: bool | None = None
     plugins: dict[str, str] | None = None  # "scheme tilt" / "task x" → where the plugin came from
+    plugin_sha256: dict[str, str] | None = None  # the same keys → the sha256 of the plugin's file when trained
     parent: dict[str, Any] | None = None  # a fine-tune's: {run, path, steps_before}
     slurm_job: str | None = None
     slurm_log: str | None = None
