@@ -471,3 +471,16 @@ def test_cells_have_the_documented_columns_whether_or_not_any_cell_has_a_number(
     for df in (frame(rows("alibi", [396, 200])), frame(rows("alibi", [0, 0], status="diverged"))):
         assert list(cells(df, "copy").columns) == columns
         assert cells(df, "copy")["examples"].tolist() == [N, N]
+
+
+def test_the_written_accuracy_files_judge_an_evaluation_variant_learnt_on_its_trained_task(tmp_path):
+    """accuracy.csv/.md as `pe-bench report` writes them, not only the table function: the variant's beyond-L cells
+    are numbers when the task it was trained on is learnt at L (the flip-flop densities of results/tasks)."""
+    from pe_bench.report.accuracy import write_accuracy_files
+
+    df = frame(rows("rope", [396, 390, 300, 100], task="flipflop"),
+               rows("rope", [300, 40, 10, 0], task="flipflop[ignore_prob=0.1]"))
+    write_accuracy_files(Accuracy(df), tmp_path, "t")
+    wide = pd.read_csv(tmp_path / "accuracy.csv")
+    variant = wide[(wide["task"] == "flipflop[ignore_prob=0.1]") & (wide["metric"] == "exact_match")].iloc[0]
+    assert variant["64"].startswith("10.0") and f"| {NOT_LEARNT} |" not in (tmp_path / "accuracy.md").read_text()

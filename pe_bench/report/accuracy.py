@@ -142,7 +142,7 @@ def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataF
         per = f"{', '.join(map(str, examples))} held-out examples per length" + (
             f" × {len(depths)} depths" if depths else "")
         for metric, words in METRICS.items():
-            t = accuracy_table(d, task, metric)
+            t = accuracy_table(df, task, metric)  # all tasks: a variant is judged learnt on its trained task
             flat = t.reset_index()
             flat.insert(0, "metric", metric)
             flat.insert(0, "task", task)
