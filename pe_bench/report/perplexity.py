@@ -74,7 +74,7 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
         base, last = means.get(int(L), float("nan")), means.get(longest, float("nan"))
         broken = [cells[k] for k in (str(L), str(longest)) if cells.get(k) in ("diverged", "nan")]
         at = "" if longest == lengths[-1] else f" (at {longest})"
-        cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last) or longest <= int(L)
+        cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last) or longest <= int(L) < lengths[-1]
                               else round(float(last / base), 3) if not at else f"{last / base:.3f}{at}")
         if mode == "nonoverlapping":
             gain = gain_cell(col, r[r["L_eval"] == longest], int(L), longest) if longest > int(L) else "—"
