@@ -563,13 +563,18 @@ def passkey_heatmap_figure(df: pd.DataFrame, title: str = ""):
 
 
 def leaderboard_order(board: pd.DataFrame) -> list[tuple[str, int]]:
-    """The rows (scheme, L) of a leaderboard in the figure's order: by the mean over the tasks where the row has an
-    effective length of log2(effective length / L), highest first (rows with none last, then by name)."""
+    """The rows (scheme, L) of a leaderboard in the figure's order. First the rows run on every task of the board,
+    by the mean over all those tasks of log2(effective length / L) (a task where the row has no effective length
+    counts as L), highest first; then, in a block of their own, the rows run on only some tasks, by name — a mean over
+    fewer tasks never outranks one over all of them."""
+    tasks = set(board["task"])
     ok = board[board["status"] == "ok"]
-    score = (np.log2(ok["effective_length"].astype(float) / ok["L"].astype(float))
-             .groupby([ok["scheme"], ok["L"]]).mean())
+    log2 = np.log2(ok["effective_length"].astype(float) / ok["L"].astype(float))
+    total = log2.groupby([ok["scheme"], ok["L"]]).sum()
+    ran = board.groupby(["scheme", "L"])["task"].agg(lambda t: set(t) == tasks)
     rows = list(dict.fromkeys(zip(board["scheme"], board["L"].astype(int))))
-    return sorted(rows, key=lambda r: (-score.get(r, -math.inf), r[0], r[1]))
+    return sorted(rows, key=lambda r: (not ran.get(r, False),
+                                       -total.get(r, 0.0) / len(tasks) if ran.get(r, False) else 0.0, r[0], r[1]))
 
 
 def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, title: str = ""):
@@ -610,20 +615,29 @@ def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, 
                     fontsize=6.5, color="white" if grid[i, j] < 1.8 else "black")
         elif r["status"] == NOT_LEARNT:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="#9a9a9a", lw=0))
+        if r.get("exploratory", False) in (True,):  # fewer than 3 seeds: outlined, a reading rather than a finding
+            ax.add_patch(plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, ec="#d62728", lw=0.9, ls=":"))
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=3, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(tasks)), tasks, rotation=40, ha="right", fontsize=7.5)
     run = board.groupby(["scheme", "L"])["task"].nunique()
+    fewest = board.groupby(["scheme", "L"])["seeds"].agg(lambda x: (int(x.min()), int(x.max())))
     several_L = board["L"].nunique() > 1
-    ax.set_yticks(range(len(rows)), [f"{s}{f' (L={L})' if several_L else ''}  [{run[(s, L)]} of {len(tasks)}]"
-                                     for s, L in rows], fontsize=7.5)
+
+    def seeds(key: tuple[str, int]) -> str:
+        lo, hi = fewest[key]
+        return f" · {hi} seed{'s' * (hi > 1)}" if hi < 3 else " · some < 3 seeds" if lo < 3 else ""
+
+    ax.set_yticks(range(len(rows)), [f"{s}{f' (L={L})' if several_L else ''}  [{run[(s, L)]} of {len(tasks)}"
+                                     f"{seeds((s, L))}]" for s, L in rows], fontsize=7.5)
     bar = fig.colorbar(image, ax=ax, location="top", shrink=0.35, aspect=30, pad=0.01, ticks=[0, 1, 2, 3])
     bar.ax.set_xticklabels(["L", "2L", "4L", "8L"], fontsize=7)
     bar.set_label("effective length (relative)", fontsize=8)
     if extra:
         _beside_columns(bx, rows, beside, extra, TwoSlopeNorm)
-    fig.suptitle(f"{title + ': ' if title else ''}effective length by task\nrows: by the mean log2(effective length "
-                 "/ L) over the tasks where the row has one ([n of m]: tasks run); hatched: not learnt at L; grey: not "
-                 "run", fontsize=9)
+    fig.suptitle(f"{title + ': ' if title else ''}effective length by task\nrows run on every task first, by the "
+                 "mean log2(effective length / L) over all of them (none: L), then the others by name ([n of m]: tasks "
+                 "run); hatched: not learnt at L; grey: not run; red dotted outline: fewer than 3 seeds (exploratory)",
+                 fontsize=9)
     return fig
 
 

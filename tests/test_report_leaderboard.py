@@ -63,7 +63,7 @@ def test_the_effective_length_is_where_exact_match_stays_above_the_fraction_of_i
     assert b.loc["rope", "status"] == NOT_LEARNT and pd.isna(b.loc["rope", "effective_length"])
     assert b.loc["nope", "effective_length"] == 32
     md = leaderboard_markdown(leaderboard(df), "t")
-    assert "| alibi | 32 | 2L [2L, 2L] |" in md and NOT_LEARNT in md
+    assert "| alibi | 32 | 2L [2L, 2L] (1 seed) |" in md and NOT_LEARNT in md
 
 
 def test_the_range_of_the_effective_length_follows_the_cells_intervals():
@@ -162,13 +162,14 @@ def test_the_absolute_effective_length_is_where_exact_match_stays_at_or_above_85
     assert effective_cell(b.loc["nope"], "absolute").startswith("< L [")
     md = leaderboard_markdown(leaderboard(df), "t")
     relative, absolute = md.index("**Effective length (relative)**"), md.index("**Effective length (absolute)**")
-    assert relative < md.index("| alibi | 32 | 4L [2L, 4L] |") < absolute < md.index("| alibi | 32 | 2L [")
+    assert relative < md.index("| alibi | 32 | 4L [2L, 4L] (1 seed) |") < absolute < md.index("| alibi | 32 | 2L [")
     assert "85 %" in md[absolute:absolute + 200]
 
 
-def test_the_leaderboard_figure_orders_rows_by_their_mean_log2_effective_length(tmp_path):
-    """leaderboard.png: rows by the mean log2(effective length / L) over the tasks where they have one (≥ 8L on
-    both tasks first; a row not learnt anywhere last), written with the perplexity and gain columns beside it."""
+def test_the_leaderboard_figure_orders_complete_rows_by_their_mean_log2_effective_length_then_the_rest(tmp_path):
+    """leaderboard.png: rows run on every task by the mean log2(effective length / L) over them (≥ 8L on both tasks
+    first; a row not learnt anywhere last), then rows run on some tasks only, in their own block; written with the
+    perplexity and gain columns beside it."""
     from pe_bench.plots import leaderboard_order, plot_leaderboard
 
     df = frame(rows("alibi", [396, 380, 200, 10]), rows("alibi", [396, 396, 396, 396], task="passkey"),
@@ -176,6 +177,12 @@ def test_the_leaderboard_figure_orders_rows_by_their_mean_log2_effective_length(
                rows("rope", [300, 10, 0, 0]), rows("rope", [300, 0, 0, 0], task="passkey"))
     board = leaderboard(df)
     assert leaderboard_order(board) == [("t5", 32), ("alibi", 32), ("rope", 32)]  # 3, (1 + 3) / 2, none
+    # a row run on one task only, ≥ 8L there, comes after every row run on all tasks, never on top
+    sparse = leaderboard(frame(*[rows(s, v, task=t) for s, v, t in (
+        ("alibi", [396, 380, 200, 10], "copy"), ("alibi", [396, 396, 396, 396], "passkey"),
+        ("t5", [400, 400, 399, 398], "copy"), ("t5", [400, 400, 399, 398], "passkey"),
+        ("cope", [400, 400, 400, 400], "passkey"), ("rope", [300, 10, 0, 0], "copy"), ("rope", [300, 0, 0, 0], "passkey"))]))
+    assert leaderboard_order(sparse) == [("t5", 32), ("alibi", 32), ("rope", 32), ("cope", 32)]
     beside = pd.DataFrame({"perplexity 8L/L (L=64)": [0.98, 2.1], "gain past L (L=64)": [0.011, "—"]},
                           index=pd.Index(["alibi", "rope"], name="scheme"))
     path = plot_leaderboard(board, tmp_path / "leaderboard.png", beside, "t")
@@ -484,3 +491,19 @@ def test_the_written_accuracy_files_judge_an_evaluation_variant_learnt_on_its_tr
     wide = pd.read_csv(tmp_path / "accuracy.csv")
     variant = wide[(wide["task"] == "flipflop[ignore_prob=0.1]") & (wide["metric"] == "exact_match")].iloc[0]
     assert variant["64"].startswith("10.0") and f"| {NOT_LEARNT} |" not in (tmp_path / "accuracy.md").read_text()
+
+
+def test_a_row_with_fewer_than_three_seeds_is_marked_exploratory_and_the_seeds_range_is_beside_the_mean():
+    """T5's passkey at 2L was 99.8 / 95.2 / 16.1 % over seeds 0–2: the mean-based effective length hides that one
+    seed keeps it to 2L and another only to L; the range over seeds shows both. One seed: marked everywhere."""
+    df = frame(rows("t5", [400, 399, 200, 0], seed=0), rows("t5", [400, 381, 100, 0], seed=1),
+               rows("t5", [400, 64, 0, 0], seed=2), rows("cope", [400, 400, 400, 400]))
+    b = leaderboard(df).set_index("scheme")
+    t5, cope = b.loc["t5"], b.loc["cope"]
+    assert t5["seed_lengths"] == "64 / 64 / 32" and (t5["seed_min"], t5["seed_max"]) == (32, 64)
+    assert not t5["exploratory"] and cope["exploratory"] and cope["seed_lengths"] == "256"
+    md = leaderboard_markdown(leaderboard(df), "t")
+    assert "| cope | 32 | ≥ 8L [≥ 8L, ≥ 8L] (1 seed) |" in md  # the summary: marked
+    assert "| t5 | 32 | 100.0 [99.7, 100.0] | L [L, 4L] | L – 2L |" in md and "| 1 (exploratory) |" in md
+    t = accuracy_table(df, "copy")
+    assert t.loc[("cope", 32), "exploratory"] == "yes" and t.loc[("t5", 32), "exploratory"] == ""

@@ -29,6 +29,7 @@ METRICS = {"exact_match": "exact match", "token_accuracy": "per-token accuracy"}
 LEARNT_AT_L = 0.9  # exact match at L below which a row's beyond-L cells say NOT_LEARNT
 EFFECTIVE_FRACTION = 0.8  # the effective length keeps exact match ≥ this fraction of its accuracy at L
 NOT_LEARNT = "not learnt at L"
+CITABLE_SEEDS = 3  # a row with fewer seeds is exploratory (its column says so)
 NO_L = "no number at L"  # past L, in a row with no exact match at L (not evaluated there, or no number)
 STATUS_ORDER = ("diverged", "nonfinite", "not_applicable", "ok")
 STATUS_TEXT = {"diverged": "diverged", "nonfinite": "nan", "not_applicable": "n/a"}
@@ -50,8 +51,7 @@ def cells(df: pd.DataFrame, task: str, metric: str = "exact_match") -> pd.DataFr
     and its method, seeds, and ``at_L`` (the row's exact match at L on the task it was trained on — for an evaluation
     variant, its task's; NaN when it has none)."""
     d = per_seed(df[df["task"] == task], metric)
-    trained = task.split("[", 1)[0]  # an evaluation variant (flipflop[ignore_prob=0.1]) is learnt if its task is
-    em = per_seed(df[df["task"] == (trained if (df["task"] == trained).any() else task)])
+    em = per_seed(df[df["task"] == trained_task(df, task)])
     out = []
     for (label, L), g in d.groupby(["label", "L_train"], sort=True):
         e = em[(em["label"] == label) & (em["L_train"] == L)]
@@ -69,6 +69,13 @@ def cells(df: pd.DataFrame, task: str, metric: str = "exact_match") -> pd.DataFr
                     row.update(lo=iv.lo, hi=iv.hi, method=_method(iv.method, iv.n))
             out.append(row)
     return pd.DataFrame(out)
+
+
+def trained_task(df: pd.DataFrame, task: str) -> str:
+    """The task whose exact match at L says whether a row of ``task`` was learnt: an evaluation variant
+    (flipflop[ignore_prob=0.1]) is learnt if the task it was trained on is (when ``df`` has that task's rows)."""
+    trained = task.split("[", 1)[0]
+    return trained if (df["task"] == trained).any() else task
 
 
 def _method(method: str, n: int) -> str:
@@ -107,6 +114,7 @@ def accuracy_table(df: pd.DataFrame, task: str, metric: str = "exact_match", int
         row["seeds"] = str(seeds)
         if metric == "exact_match":  # the method of the cells with all the row's seeds
             row["interval"] = next((m for m, k in zip(g["method"], g["seeds"]) if m and k == seeds), "")
+        row["exploratory"] = "yes" if seeds < CITABLE_SEEDS else ""
         table[(label, int(L))] = row
     out = pd.DataFrame.from_dict(table, orient="index")
     out.index = out.index.set_names(["scheme", "L"])
@@ -125,7 +133,8 @@ LEGEND = ("Cells: accuracy in % on the held-out examples (passkey: all depths po
           "(for an evaluation variant such as `flipflop[ignore_prob=0.1]`, its task's) is below "
           f"{100 * LEARNT_AT_L:g} %, so its beyond-L cells would measure the recipe, not extrapolation (`{NO_L}`: "
           "it has none). `diverged`/`nan`: a replica gave no number (never averaged in); `n/a`: the task or scheme "
-          "cannot run at that length; `—`: not evaluated.")
+          "cannot run at that length; `—`: not evaluated. `exploratory` yes: fewer than 3 seeds — a reading, not a "
+          "finding (between-seed spread on these tasks reaches tens of points).")
 
 
 def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataFrame, list[Path]]:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from pe_bench import markdown
-from pe_bench.report.accuracy import EFFECTIVE_FRACTION, LEARNT_AT_L, NOT_LEARNT, STATUS_TEXT, cells, not_learnt
+from pe_bench.report.accuracy import (CITABLE_SEEDS, EFFECTIVE_FRACTION, LEARNT_AT_L, NOT_LEARNT, STATUS_TEXT, cells, not_learnt,
+                                      per_seed, trained_task)
 from pe_bench.report.collect import Collected
 from pe_bench.report.perplexity import comparison, gain_mean, row_names
 from pe_bench.runs import atomic_write_text
@@ -28,7 +29,7 @@ from pe_bench.runs import atomic_write_text
 COLUMNS = ["task", "scheme", "L", "at_L", "at_L_lo", "at_L_hi", "effective_length", "effective_ratio",
            "effective_lo", "effective_hi", "longest_evaluated", "at_effective", "at_effective_lo", "at_effective_hi",
            "chance_at_effective", "baseline_at_effective", "absolute_length", "absolute_ratio", "absolute_lo",
-           "absolute_hi", "seeds", "interval", "status"]
+           "absolute_hi", "seeds", "interval", "status", "seed_lengths", "seed_min", "seed_max", "exploratory"]
 ABSOLUTE_THRESHOLD = 0.85  # the absolute effective length: exact match ≥ this (RULER's 85 %, Hsieh et al. 2024)
 
 
@@ -95,8 +96,32 @@ def leaderboard(df: pd.DataFrame) -> pd.DataFrame:
         # the floor: chance or the trivial baseline, whichever is higher (a task that says neither: 0, said so)
         c["chance"] = c[["chance", "baseline"]].max(axis=1).fillna(0.0)
         for (label, L), g in c.groupby(["label", "L_train"], sort=True):
-            out.append(_entry(task, label, int(L), g[g["L_eval"] >= L].sort_values("L_eval")))
+            g = g[g["L_eval"] >= L].sort_values("L_eval")
+            entry = _entry(task, label, int(L), g)
+            out.append({**entry, **_seed_range(df, task, label, int(L), g.set_index("L_eval")["chance"]),
+                        "exploratory": entry["seeds"] < CITABLE_SEEDS})
     return pd.DataFrame(out).reindex(columns=COLUMNS)
+
+
+def _seed_range(df: pd.DataFrame, task: str, label: str, L: int, floor: pd.Series) -> dict:
+    """Each seed's own effective length (tokens, in seed order; '—' where that seed is not learnt at L on the task it
+    was trained on, or has no number) and their min and max: the spread the mean-based length hides."""
+    mine = df[(df["label"] == label) & (df["L_train"] == L)]
+    d = per_seed(mine[mine["task"] == task])
+    learnt = per_seed(mine[mine["task"] == trained_task(df, task)])
+    lengths: list[int | None] = []
+    for seed, s in d.groupby("seed", sort=True):
+        at = s[s["L_eval"] == L]
+        ok = learnt[(learnt["seed"] == seed) & (learnt["L_eval"] == L) & (learnt["status"] == "ok")]
+        if at.empty or at["status"].iloc[0] != "ok" or ok.empty or not_learnt(float(ok["value"].iloc[0])):
+            lengths.append(None)
+            continue
+        g = s[s["L_eval"] >= L].sort_values("L_eval")
+        g = g.assign(mean=g["value"], chance=[floor.get(n, 0.0) for n in g["L_eval"]])
+        lengths.append(_longest(g, "mean", EFFECTIVE_FRACTION * float(at["value"].iloc[0])))
+    found = [n for n in lengths if n is not None]
+    return {"seed_lengths": " / ".join("—" if n is None else str(n) for n in lengths),
+            "seed_min": min(found) if found else "", "seed_max": max(found) if found else ""}
 
 
 def _multiple(n, L: int, longest: int) -> str:
@@ -118,9 +143,24 @@ def effective_cell(r: pd.Series, view: str = "effective") -> str:
             f"[{_multiple(r[f'{view}_lo'], L, top)}, {_multiple(r[f'{view}_hi'], L, top)}]")
 
 
+def seeds_mark(r: pd.Series) -> str:
+    """' (1 seed)' after a cell of an exploratory row (fewer than CITABLE_SEEDS seeds), '' otherwise."""
+    n = int(r["seeds"])
+    return f" ({n} seed{'s' * (n != 1)})" if n < CITABLE_SEEDS else ""
+
+
+def seed_range_cell(r: pd.Series) -> str:
+    """'L–4L' (the per-seed effective lengths' range, in multiples of L), '—' where no seed has one."""
+    if r["seed_min"] in ("", None) or (isinstance(r["seed_min"], float) and math.isnan(r["seed_min"])):
+        return "—"
+    lo, hi = (_multiple(r[k], r["L"], r["longest_evaluated"]) for k in ("seed_min", "seed_max"))
+    return lo if lo == hi else f"{lo} – {hi}"
+
+
 def summary_table(board: pd.DataFrame, view: str = "effective") -> pd.DataFrame:
-    """Rows: scheme (and L); columns: tasks; cells: :func:`effective_cell` of ``view`` (effective | absolute)."""
-    board = board.assign(cell=[effective_cell(r, view) for _, r in board.iterrows()])
+    """Rows: scheme (and L); columns: tasks; cells: :func:`effective_cell` of ``view`` (effective | absolute), marked
+    ``(1 seed)`` where the row is exploratory there."""
+    board = board.assign(cell=[effective_cell(r, view) + seeds_mark(r) for _, r in board.iterrows()])
     t = board.pivot_table(index=["scheme", "L"], columns="task", values="cell", aggfunc="first", sort=True)
     return t.fillna("—")
 
@@ -136,7 +176,9 @@ LEGEND = (f"Effective length: the longest evaluated length up to which exact mat
           "the candidates its context offers; `floors` below each task) — in multiples of L; in [ ] its 95 % range from the cells' intervals (Wilson over examples with one "
           "seed, t over seeds with several). `≥`: true at the longest length evaluated (it may hold further). "
           f"`{NOT_LEARNT}`: exact match at L below {100 * LEARNT_AT_L:g} % (no effective length: the recipe failed, "
-          "not the scheme).")
+          "not the scheme). `range over seeds`: the lowest and highest of the seeds' own effective lengths (each seed "
+          f"judged alone). `(1 seed)`, `(2 seeds)`, `exploratory`: fewer than {CITABLE_SEEDS} seeds — a reading, not a "
+          "finding.")
 
 
 def floor_lines(df: pd.DataFrame) -> dict[str, str]:
@@ -179,13 +221,14 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | 
                                                      [[s, L, *row.tolist()] for (s, L), row in t.iterrows()])]
     for task, g in board.groupby("task", sort=True):
         rows = [[r["scheme"], r["L"], f"{_pct(r['at_L'])} [{_pct(r['at_L_lo'])}, {_pct(r['at_L_hi'])}]"
-                 if r["status"] != "not evaluated at L" else "—", effective_cell(r),
+                 if r["status"] != "not evaluated at L" else "—", effective_cell(r), seed_range_cell(r),
                  "" if r["status"] != "ok" else f"{_pct(r['at_effective'])} [{_pct(r['at_effective_lo'])}, "
-                 f"{_pct(r['at_effective_hi'])}]", effective_cell(r, "absolute"), r["seeds"], r["interval"]]
+                 f"{_pct(r['at_effective_hi'])}]", effective_cell(r, "absolute"),
+                 f"{r['seeds']}{' (exploratory)' * bool(r['exploratory'])}", r["interval"]]
                 for _, r in g.iterrows()]
         md += [f"\n\n## {task}\n\n", markdown.table(["scheme", "L", "exact match at L", "effective length",
-                                                     "exact match there", "absolute effective length", "seeds",
-                                                     "interval"], rows)]
+                                                     "range over seeds", "exact match there",
+                                                     "absolute effective length", "seeds", "interval"], rows)]
         if floors is not None and task in floors:
             md.append(f"\n\n{floors[task]}")
     md.append(f"\n\n{LEGEND}\n")
