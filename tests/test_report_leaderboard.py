@@ -491,6 +491,8 @@ def test_the_written_accuracy_files_judge_an_evaluation_variant_learnt_on_its_tr
     wide = pd.read_csv(tmp_path / "accuracy.csv")
     variant = wide[(wide["task"] == "flipflop[ignore_prob=0.1]") & (wide["metric"] == "exact_match")].iloc[0]
     assert variant["64"].startswith("10.0") and f"| {NOT_LEARNT} |" not in (tmp_path / "accuracy.md").read_text()
+    seeds = pd.read_csv(tmp_path / "accuracy_seeds.csv")  # each seed's number, in results.json too
+    assert len(seeds) == 8 and seeds.loc[(seeds["task"] == "flipflop") & (seeds["L_eval"] == 256), "exact_match"].item() == 0.25
 
 
 def test_a_row_with_fewer_than_three_seeds_is_marked_exploratory_and_the_seeds_range_is_beside_the_mean():

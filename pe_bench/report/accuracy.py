@@ -139,8 +139,9 @@ LEGEND = ("Cells: accuracy in % on the held-out examples (passkey: all depths po
 
 def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataFrame, list[Path]]:
     """accuracy_long.csv (every row, sorted; without the per-example outcomes, which stay in the runs),
-    accuracy.csv (wide: task × metric × row) and accuracy.md under ``out``; returns the sorted rows and the files
-    written."""
+    accuracy.csv (wide: task × metric × row), accuracy.md and accuracy_seeds.csv (each seed's exact match per task,
+    row and length, depths pooled: what the seeds' spread is read from) under ``out``; returns the sorted rows and
+    the files written."""
     df = acc.df.sort_values(["task", "L_train", "scheme", "seed", "L_eval", "depth"], kind="stable")
     atomic_write_text(out / "accuracy_long.csv", df.drop(columns=["outcomes"], errors="ignore").to_csv(index=False))
     parts, md = [], [f"# {markdown.inline(title)}\n"]
@@ -160,7 +161,9 @@ def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataF
     md.append(f"\n{LEGEND}\n")
     atomic_write_text(out / "accuracy.csv", pd.concat(parts, ignore_index=True).to_csv(index=False))
     atomic_write_text(out / "accuracy.md", "".join(md).lstrip())
-    return df, [out / "accuracy_long.csv", out / "accuracy.csv", out / "accuracy.md"]
+    seeds = per_seed(df).rename(columns={"label": "scheme", "L_train": "L", "value": "exact_match"})
+    atomic_write_text(out / "accuracy_seeds.csv", seeds.round({"exact_match": 6}).to_csv(index=False))
+    return df, [out / "accuracy_long.csv", out / "accuracy.csv", out / "accuracy.md", out / "accuracy_seeds.csv"]
 
 
 def _outcomes(g: pd.DataFrame) -> tuple[dict[int, np.ndarray], dict[int, tuple[str, ...]]] | None:
