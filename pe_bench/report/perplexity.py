@@ -340,7 +340,7 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
         scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
         md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; "
                   f"{_fmt(scored) if scored else 0} tokens scored per length)\n\n{_markdown(t)}\n\n{LEGEND}"
-                  f"{GAIN_LEGEND if GAIN in t.columns else SLIDING_LEGEND if mode == 'sliding' else ''}\n")
+                  f"{GAIN_LEGEND if GAIN in t.columns else _sliding_legend(d) if mode == 'sliding' else ''}\n")
     ctx = context_table(col, split)
     if not ctx.empty:
         md.append(f"\n## Context use past L on the {split} split, at the longest length (nats per token)\n\n"
@@ -370,6 +370,18 @@ GAIN_LEGEND = (" `gain past L`: the mean loss at positions [L, longest) of the l
 SLIDING_LEGEND = (" Sliding: the first (longest length) tokens are context only; every length then scores the same "
                   "tokens, each with at least L_eval − S tokens of context, so longest/L compares the lengths "
                   "without the early-token effect.")
+OLD_SLIDING_LEGEND = (" Sliding without a warm-up (rows evaluated before it existed): each window scores its last S "
+                      "tokens from the start of the split, so the first tokens of every length have less context "
+                      "and longest/L still holds the early-token effect.")
+
+
+def _sliding_legend(d: pd.DataFrame) -> str:
+    """The sliding table's legend: what its rows' warm-up means (rows with and without one: both sentences)."""
+    warm = pd.to_numeric(d["warmup"], errors="coerce").fillna(0) if "warmup" in d else pd.Series([0] * len(d))
+    return ((SLIDING_LEGEND if (warm > 0).any() else "")
+            + (OLD_SLIDING_LEGEND if (warm <= 0).any() else ""))
+
+
 CONTEXT_LEGEND = ("Each column: the mean loss at those positions of the longest windows minus the mean loss at "
                   "positions [L/2, L) of the L windows (`loss [L/2, L)`), same tokens, nats per token, "
                   "[95 % interval]; negative = the context past L helps.")
