@@ -301,6 +301,51 @@ def context_gain(nll: np.ndarray, count: np.ndarray, ref_nll: np.ndarray, ref_co
     return Gain(float(loss), float(ref), float(loss - ref), Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(x[0])))
 
 
+CONTRAST_BLOCK_TOKENS = 16384  # a one-seed contrast's bootstrap blocks: at least this many scored tokens each
+CONTRAST_MIN_BLOCKS = 10  # fewer blocks than this: no one-seed interval (the bootstrap cannot see the spread)
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """A paired truncation contrast: the same model's loss on the same scored tokens with more context minus with
+    less (nats per token; negative: the extra context helps), its ratio exp(·) and the interval of the difference
+    (None where one seed's tokens are too few for blocks of CONTRAST_BLOCK_TOKENS)."""
+
+    value: float
+    ratio: float
+    interval: Interval | None
+    seeds: int
+    tokens: int  # scored per seed
+
+
+def truncation_contrast(per_seed: Mapping[int, tuple[np.ndarray, np.ndarray, np.ndarray]], level: float = 0.95,
+                        n_boot: int = 2000, seed: int = 0) -> Contrast:
+    """seed → (nll with more context, nll with less, tokens) per window, the same windows on both sides: the mean
+    over seeds of Σ(nll_more − nll_less) / Σtokens. Interval: t over the seeds with ≥ 2; with one, a paired
+    moving-block bootstrap over blocks of ≥ CONTRAST_BLOCK_TOKENS tokens (the same block size at every length), None
+    where that leaves fewer than CONTRAST_MIN_BLOCKS blocks."""
+    if not per_seed:
+        raise ValueError("no seeds to contrast")
+    _check_level(level)
+    values, tokens = [], 0
+    for s in sorted(per_seed):
+        more, less, tok = (np.asarray(a, dtype=np.float64).ravel() for a in per_seed[s])
+        if not len(more) == len(less) == len(tok) or tok.sum() <= 0:
+            raise ValueError(f"seed {s}: the two sides must hold one nll per window of the same tokens")
+        values.append((more.sum() - less.sum()) / tok.sum())
+        tokens = int(tok.sum())
+    value = float(np.mean(values))
+    if len(values) >= 2:
+        return Contrast(value, math.exp(value), seed_interval(values, level), len(values), tokens)
+    per_window = tok.sum() / len(tok)
+    block = max(1, math.ceil(CONTRAST_BLOCK_TOKENS / per_window))
+    if len(tok) // block < CONTRAST_MIN_BLOCKS:
+        return Contrast(value, math.exp(value), None, 1, tokens)
+    boot = np.concatenate([(a - b) / t for (a, b), t in _resampled_sums((more, less), tok, n_boot, seed, block)])
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return Contrast(value, math.exp(value), Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(tok)), 1, tokens)
+
+
 def _resampled_sums(arrays: tuple[np.ndarray, ...], tokens: np.ndarray, n_boot: int, seed: int,
                     block: int | None = None) -> Iterator[tuple[tuple[np.ndarray, ...], np.ndarray]]:
     """Per chunk of bootstrap resamples: the sums of each array and of tokens over the same resampled windows."""

@@ -739,3 +739,31 @@ def test_a_window_key_is_the_same_text_however_the_row_holds_its_values():
                                                                           if c != "warmup"})
     assert window_key("run", older) == key
     assert window_key("run", {**text, "warmup": "512.0"})[WINDOW_KEY.index("warmup") + 1] == "512"
+
+
+def test_the_sliding_tables_context_value_is_the_paired_contrast_recomputed_from_the_runs_windows():
+    """ALiBi at L = 64, three seeds (results/paper and results/trained_long): the same scored tokens at 512 and at
+    64, the per-seed difference of mean losses, t over the seeds — recomputed here from windows.csv directly."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from pe_bench.report import collect_runs
+    from pe_bench.runs import Run
+    from pe_bench.stats import seed_interval
+
+    root = Path(__file__).resolve().parent.parent / "results"
+    runs = [root / "paper" / "runs" / "alibi-tiny-shakespeare-L64-s0-5140bfbd",
+            *sorted((root / "trained_long" / "runs").glob("alibi-tiny-shakespeare-L64-s*"))]
+    t = comparison(collect_runs([Run(p) for p in runs]).perplexity, "sliding")
+    per_seed = []
+    for run in runs:
+        w = pd.read_csv(run / "windows.csv")
+        w = w[(w["mode"] == "sliding") & (w["warmup"] == 512)]
+        more, less = (w[w["L_eval"] == n].sort_values("window") for n in (512, 64))
+        assert (more["tokens"].to_numpy() == less["tokens"].to_numpy()).all()
+        per_seed.append((more["nll"].sum() - less["nll"].sum()) / more["tokens"].sum())
+    iv = seed_interval(per_seed)
+    want = f"{np.mean(per_seed):+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}] ×{np.exp(np.mean(per_seed)):.3f}"
+    [row] = [r for (label, _), r in t.iterrows() if label.startswith("alibi")]
+    assert row["context value"] == want and want.startswith("+0.006 [+0.003, +0.010]")

@@ -503,3 +503,30 @@ def test_several_seeds_pair_by_t_with_its_p_value():
     one = paired_difference({0: a[0]}, {0: b[0]}, n_boot=400)
     assert one.p_value is not None and 0 <= one.p_value <= 1
     assert paired_difference({0: a[0]}, {0: b[0]}) == paired_difference({0: a[0]}, {0: b[0]}, n_boot=2000, seed=0)
+
+
+def test_the_truncation_contrast_is_the_paired_loss_difference_on_the_same_tokens():
+    """More context that lowers the loss is negative; t over seeds with several; with one seed, a paired block
+    bootstrap over blocks of ≥ 16K tokens, and no interval when the tokens make fewer than ten such blocks."""
+    import math
+
+    import numpy as np
+
+    from pe_bench.stats import CONTRAST_BLOCK_TOKENS, truncation_contrast
+
+    rng = np.random.default_rng(0)
+    tok = np.full(1024, 16.0)  # the committed sliding pass: 16,384 tokens, one block
+    less = rng.normal(30.0, 3.0, 1024)
+    c = truncation_contrast({0: (less - 0.16, less, tok)})
+    assert c.value == pytest.approx(-0.01) and c.ratio == pytest.approx(math.exp(-0.01))
+    assert c.interval is None and c.tokens == 16384 and c.seeds == 1
+    big = np.full(10 * CONTRAST_BLOCK_TOKENS // 16, 16.0)
+    less = rng.normal(30.0, 3.0, len(big))
+    more = less - 0.16 + rng.normal(0, 0.5, len(big))
+    c = truncation_contrast({0: (more, less, big)})
+    assert c.interval is not None and c.interval.lo < c.value < c.interval.hi < 0
+    three = truncation_contrast({s: (less + d * 16, less, big) for s, d in enumerate([-0.02, -0.01, 0.0])})
+    assert three.value == pytest.approx(-0.01) and three.seeds == 3
+    assert three.interval.lo == pytest.approx(-0.01 - 4.302653 * 0.01 / math.sqrt(3), abs=1e-6)
+    with pytest.raises(ValueError):
+        truncation_contrast({0: (less[:-1], less, big)})

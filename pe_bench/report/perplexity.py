@@ -79,6 +79,10 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
         if mode == "nonoverlapping":
             gain = gain_cell(col, r[r["L_eval"] == longest], int(L), longest) if longest > int(L) else "—"
             cells[GAIN] = gain + at if gain != "—" else gain
+        if mode == "sliding":
+            value = (context_value_cell(col, r[r["L_eval"] == longest], r[r["L_eval"] == int(L)])
+                     if longest > int(L) else "—")
+            cells[CONTEXT_VALUE] = value + at if value != "—" else value
         cells["seeds"] = int(r["seed"].nunique())
         cells["interval"] = " / ".join(sorted(kinds)) or "—"
         rows.append(cells)
@@ -86,11 +90,35 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
     t = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
     if GAIN in t and (t[GAIN] == "—").all():
         t = t.drop(columns=GAIN)  # runs evaluated before context use was measured
+    if CONTEXT_VALUE in t and (t[CONTEXT_VALUE] == "—").all():
+        t = t.drop(columns=CONTEXT_VALUE)  # no pair of lengths scored on the same windows
     t.attrs["best"] = best_marks(col, stats, lengths)
     return t
 
 
 GAIN = "gain past L"  # the column of context use at the longest length (nats per token; negative: helps)
+CONTEXT_VALUE = "context value"  # the sliding pass's paired truncation contrast, longest against L (nats per token)
+
+
+def context_value_cell(col: Collected, longest: pd.DataFrame, at_L: pd.DataFrame) -> str:
+    """``-0.004 [-0.006, -0.002] ×0.996``: the paired truncation contrast of one sliding-table row — the same model's
+    loss on the same scored tokens with the longest length's context minus with L's (nats per token, mean over the
+    seeds both lengths have; negative: the context past L helps), its 95 % interval (t over seeds; with one seed a
+    moving-block bootstrap over blocks of ≥ 16K tokens, none when the tokens are too few for ten) and the paired
+    ratio of perplexities; '—' where the two lengths were not scored on the same windows."""
+    if (longest["status"] != "ok").any() or (at_L["status"] != "ok").any():
+        return "—"
+    more, less = _cell_windows(col, longest), _cell_windows(col, at_L)
+    if not more or not less:
+        return "—"
+    common = sorted(set(more) & set(less))
+    pairs = {s: (more[s][0], less[s][0], more[s][1]) for s in common
+             if len(more[s][1]) == len(less[s][1]) and np.array_equal(more[s][1], less[s][1])}
+    if not pairs or len(pairs) < len(set(more) | set(less)):
+        return "—"
+    c = stats.truncation_contrast(pairs)
+    iv = "" if c.interval is None else f" [{c.interval.lo:+.3f}, {c.interval.hi:+.3f}]"
+    return f"{c.value:+.3f}{iv} ×{c.ratio:.3f}"
 
 
 def context_of(col: Collected, c: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
@@ -340,7 +368,8 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
         scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
         md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; "
                   f"{_fmt(scored) if scored else 0} tokens scored per length)\n\n{_markdown(t)}\n\n{LEGEND}"
-                  f"{GAIN_LEGEND if GAIN in t.columns else _sliding_legend(d) if mode == 'sliding' else ''}\n")
+                  f"{GAIN_LEGEND if GAIN in t.columns else _sliding_legend(d) if mode == 'sliding' else ''}"
+                  f"{CONTEXT_VALUE_LEGEND if CONTEXT_VALUE in t.columns else ''}\n")
     ctx = context_table(col, split)
     if not ctx.empty:
         md.append(f"\n## Context use past L on the {split} split, at the longest length (nats per token)\n\n"
@@ -370,6 +399,12 @@ GAIN_LEGEND = (" `gain past L`: the mean loss at positions [L, longest) of the l
 SLIDING_LEGEND = (" Sliding: the first (longest length) tokens are context only; every length then scores the same "
                   "tokens, each with at least L_eval − S tokens of context, so longest/L compares the lengths "
                   "without the early-token effect.")
+CONTEXT_VALUE_LEGEND = (" `context value`: the same model on the same scored tokens with the longest length's "
+                        "context minus with L's — a paired truncation contrast, nats per token: 0 = uses exactly L "
+                        "(the sliding pass at L is the windowed null), negative = the context past L helps, positive "
+                        "= it hurts; [95 % interval: t over seeds, or with one seed a moving-block bootstrap over "
+                        "blocks of ≥ 16K tokens, omitted when the scored tokens make fewer than ten]; ×: the paired "
+                        "ratio of perplexities.")
 OLD_SLIDING_LEGEND = (" Sliding without a warm-up (rows evaluated before it existed): each window scores its last S "
                       "tokens from the start of the split, so the first tokens of every length have less context "
                       "and longest/L still holds the early-token effect.")
