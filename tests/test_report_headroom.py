@@ -28,7 +28,7 @@ def test_the_fraction_is_the_gain_past_L_over_the_trained_long_gain_paired_by_se
         + rows("nope", 64, {64: [2.2, 2.2, 2.2], 512: [3.0, 3.2, 3.4]})  # breaks
         + rows("alibi", 64, {64: [9.0] * 3, 512: [9.0] * 3}, mode="nonoverlapping")))  # never read
     long = Collected(pd.DataFrame(
-        rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [2.5] * 3}) + rows("rope", 512, {512: [1.5, 1.5, 1.5]})))
+        rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}) + rows("rope", 512, {512: [1.5, 1.5, 1.5], 64: [1.8, 1.8, 1.8]})))
     t = headroom(short, long).set_index("scheme")
     a = t.loc["alibi"]
     assert a["reference"] == "alibi trained at 512" and a["L_eval"] == 512 and a["seeds"] == 3
@@ -37,20 +37,31 @@ def test_the_fraction_is_the_gain_past_L_over_the_trained_long_gain_paired_by_se
     assert "nope" not in t.index  # no NoPE reference: another scheme's never stands in
     md = markdown_table(headroom(short, long))
     assert "| alibi | 64 | 512 | alibi trained at 512 | 2.100 | 2.000 | 1.700 | +0.100 | +0.400 | 25 % [25 %, 25 %] | 3 |" in md
-    long = Collected(pd.DataFrame(rows("nope", 512, {512: [1.5, 1.5, 1.5]})))
+    long = Collected(pd.DataFrame(rows("nope", 512, {512: [1.5, 1.5, 1.5], 64: [1.8, 1.8, 1.8]})))
     n = headroom(short, long).set_index("scheme").loc["nope"]
     assert n["fraction"] == pytest.approx(np.mean([-0.8 / 0.7, -1.0 / 0.7, -1.2 / 0.7]))
     assert n["lo"] < n["fraction"] < n["hi"] < 0
 
 
-def test_one_seed_has_no_interval_and_unmatched_lengths_give_no_row():
+def test_one_paired_seed_cannot_pass_the_gate_and_unmatched_lengths_give_no_row():
     short = Collected(pd.DataFrame(rows("rope", 64, {64: [2.0], 128: [2.5], 256: [3.0]})))
-    long = Collected(pd.DataFrame(rows("rope", 128, {128: [1.8, 1.7]})))
+    long = Collected(pd.DataFrame(rows("rope", 128, {128: [1.8, 1.7], 64: [2.1, 2.0]})))
     t = headroom(short, long)
     assert t["L_eval"].tolist() == [128]  # no reference trained at 256
     r = t.iloc[0]
-    assert r["seeds"] == 1 and math.isnan(r["lo"]) and r["fraction"] == pytest.approx(-0.5 / 0.2)
-    assert "-250 % | 1 |" in markdown_table(t)
+    assert r["seeds"] == 1 and math.isnan(r["fraction"]) and r["gate"] == "failed"
+    assert r["headroom"] == pytest.approx(0.2) and "1 paired seed: no interval" in r["gate_detail"]
+    assert "| — (reference fails the gate) | 1 |" in markdown_table(t)
+
+
+def test_a_reference_worse_at_short_context_or_not_using_its_context_fails_the_gate_with_its_numbers():
+    short = Collected(pd.DataFrame(rows("alibi", 64, {64: [2.0, 2.1, 2.2], 512: [1.9, 2.0, 2.1]})))
+    for at_L, why in (([2.3, 2.4, 2.6], "worse at equal short context"),
+                      ([1.6, 1.7, 1.8], "its context value is not below 0"), (None, "not evaluated at L")):
+        losses = {512: [1.6, 1.7, 1.8], **({64: at_L} if at_L else {})}
+        r = headroom(short, Collected(pd.DataFrame(rows("alibi", 512, losses)))).iloc[0]
+        assert r["gate"] == "failed" and r["gate_detail"].startswith(why) and math.isnan(r["fraction"])
+        assert r["headroom"] == pytest.approx(0.4)  # its numbers are listed, never used
 
 
 def test_a_report_of_short_and_trained_long_runs_writes_the_headroom_table(tmp_path):
@@ -60,7 +71,7 @@ def test_a_report_of_short_and_trained_long_runs_writes_the_headroom_table(tmp_p
         return {**r, "model": "tiny", "data": "shakespeare"}
 
     short = [tagged(r) for r in rows("alibi", 64, {64: [2.0, 2.1], 512: [1.9, 2.0]})]
-    long = [tagged(r) for r in rows("alibi", 512, {512: [1.6, 1.7]})]
+    long = [tagged(r) for r in rows("alibi", 512, {512: [1.6, 1.7], 64: [1.9, 2.0]})]
     assert split_by_length(Collected(pd.DataFrame(short))) is None  # no reference: no table
     assert write_headroom(Collected(pd.DataFrame(short)), tmp_path, "t") == []
     written = write_headroom(Collected(pd.DataFrame(short + long)), tmp_path, "t")
@@ -71,7 +82,7 @@ def test_a_report_of_short_and_trained_long_runs_writes_the_headroom_table(tmp_p
 
 def test_a_reference_no_better_than_the_short_model_at_L_leaves_no_headroom_and_no_fraction():
     short = Collected(pd.DataFrame(rows("nope", 64, {64: [2.0, 2.0], 512: [2.6, 2.7]})))
-    long = Collected(pd.DataFrame(rows("nope", 512, {512: [2.3, 1.9]})))  # worse than 2.0 in seed 0
+    long = Collected(pd.DataFrame(rows("nope", 512, {512: [2.3, 1.9], 64: [2.6, 2.2]})))  # worse than 2.0 in seed 0
     r = headroom(short, long).iloc[0]
     assert math.isnan(r["fraction"]) and r["headroom"] == pytest.approx(-0.1)
     assert "| -0.100 | no headroom | 2 |" in markdown_table(headroom(short, long))
@@ -81,9 +92,9 @@ SHORT = rows("alibi", 64, {64: [2.0, 2.1, 2.2], 512: [1.9, 2.0, 2.1]})
 
 
 def test_a_short_seed_is_never_paired_with_a_reference_of_another_seed():
-    long = rows("alibi", 512, {512: [1.6, 1.7]}, seeds=[5, 6])
+    long = rows("alibi", 512, {512: [1.6, 1.7], 64: [1.9, 2.0]}, seeds=[5, 6])
     assert headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).empty
-    long = rows("alibi", 512, {512: [1.6, 1.7]}, seeds=[1, 6])
+    long = rows("alibi", 512, {512: [1.6, 1.7], 64: [1.9, 2.0]}, seeds=[1, 6])
     r = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).iloc[0]
     assert r["seeds"] == 1 and r["long"] == pytest.approx(1.6) and r["note"] == "seeds 0, 2, 6 unpaired"
 
@@ -91,13 +102,13 @@ def test_a_short_seed_is_never_paired_with_a_reference_of_another_seed():
 @pytest.mark.parametrize("changed", [{"setup": "2 layers"}, {"tokens_trained": 1_024_000}, {"scheme_id": "alibi[x]"},
                                      {"stride": 32}, {"warmup": 1024}, {"budget": 8192}])
 def test_a_reference_of_another_model_budget_scheme_or_sliding_pass_bounds_nothing(changed):
-    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8]}, **changed)
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}, **changed)
     assert headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).empty
 
 
 def test_two_reference_configurations_are_two_rows_never_pooled_as_seeds():
-    long = (rows("alibi", 512, {512: [1.6, 1.7, 1.8]}, config="a", label="alibi · lr=1")
-            + rows("alibi", 512, {512: [1.5, 1.5, 1.5]}, config="b", label="alibi · lr=2"))
+    long = (rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}, config="a", label="alibi · lr=1")
+            + rows("alibi", 512, {512: [1.5, 1.5, 1.5], 64: [1.8, 1.8, 1.8]}, config="b", label="alibi · lr=2"))
     t = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long)))
     assert t["reference"].tolist() == ["alibi · lr=1 trained at 512", "alibi · lr=2 trained at 512"]
     assert t["seeds"].tolist() == [3, 3] and t["long"].round(6).tolist() == [1.7, 1.5]
@@ -105,14 +116,14 @@ def test_two_reference_configurations_are_two_rows_never_pooled_as_seeds():
 
 def test_a_second_evaluation_stride_is_not_a_second_seed():
     short = SHORT + rows("alibi", 64, {64: [2.0, 2.1, 2.2], 512: [1.0, 1.0, 1.0]}, stride=32)
-    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8]})
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]})
     t = headroom(Collected(pd.DataFrame(short)), Collected(pd.DataFrame(long)))
     assert len(t) == 1 and t.iloc[0]["seeds"] == 3 and t.iloc[0]["fraction"] == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize("side", ["short", "long"])
 def test_a_diverged_seed_on_either_side_gives_no_fraction_never_a_smaller_pairing(side):
-    short, long = [dict(r) for r in SHORT], rows("alibi", 512, {512: [1.6, 1.7, 1.8]})
+    short, long = [dict(r) for r in SHORT], rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]})
     broken = next(r for r in (short if side == "short" else long) if r["seed"] == 1 and r["L_eval"] == 512)
     broken.update(status="diverged", ppl=float("nan"))
     r = headroom(Collected(pd.DataFrame(short)), Collected(pd.DataFrame(long))).iloc[0]
@@ -121,6 +132,6 @@ def test_a_diverged_seed_on_either_side_gives_no_fraction_never_a_smaller_pairin
 
 
 def test_sliding_budgets_that_differ_between_a_references_lengths_are_paired_per_budget():
-    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8]}) + rows("alibi", 512, {256: [1.9, 1.9, 1.9]}, budget=8192)
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}) + rows("alibi", 512, {256: [1.9, 1.9, 1.9]}, budget=8192)
     t = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long)))
     assert t["L_eval"].tolist() == [512] and t.iloc[0]["fraction"] == pytest.approx(0.25)

@@ -31,7 +31,7 @@ from pe_bench.report.collect import Collected
 from pe_bench.runs import atomic_write_text
 
 COLUMNS = ["scheme", "L", "L_eval", "reference", "short_at_L", "short", "long", "gained", "headroom", "fraction",
-           "lo", "hi", "seeds", "note"]
+           "lo", "hi", "seeds", "note", "gate", "gate_detail"]
 SETTINGS = ["stride", "warmup", "budget"]  # a sliding pass's settings: rows of other settings are never paired
 MATCH = ["base_scheme", "scheme_id", "setup", "tokens_trained", *SETTINGS]  # what a reference shares with its row
 
@@ -59,12 +59,43 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
             for n in sorted(set(same["L_eval"]) & set(mine["L_eval"])):
                 if n <= L or at_L.empty:
                     continue
-                for _, r in mine[mine["L_eval"] == n].groupby("config", sort=True):
+                for rc, r in mine[mine["L_eval"] == n].groupby("config", sort=True):
                     row = _fraction(at_L, same[same["L_eval"] == n], r)
-                    if row is not None:
-                        out.append({"scheme": label, "L": int(L), "L_eval": int(n),
-                                    "reference": f"{r['label'].iloc[0]} trained at {n}", **row})
+                    if row is None:
+                        continue
+                    at_short = g[(g["config"] == rc) & (g["L_eval"] == L)].merge(
+                        pd.DataFrame([key], columns=MATCH), on=MATCH)
+                    passed, why = gate(at_L, at_short, r)
+                    if not passed and not math.isnan(row["fraction"]):
+                        row.update(fraction=math.nan, lo=math.nan, hi=math.nan)
+                    out.append({"scheme": label, "L": int(L), "L_eval": int(n),
+                                "reference": f"{r['label'].iloc[0]} trained at {n}", **row,
+                                "gate": "passed" if passed else "failed", "gate_detail": why})
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: pd.DataFrame) -> tuple[bool, str]:
+    """Whether a trained-long reference may bound anything, and the line that says why: (1) with L tokens of context,
+    on the same tokens, it is no worse than the short model at L (its loss minus the short model's, paired by seed,
+    with a t interval over the seeds: not above 0); (2) its own context value — its loss with n tokens of context
+    minus with L, the same tokens — is negative with an interval excluding 0 (it uses what it was trained on). A
+    reference not evaluated at L, or with one seed (no interval), fails: nothing is known."""
+    if ref_at_L.empty:
+        return False, "not evaluated at L: evaluate it at L too (eval.lengths=[L, …]) to check the gate"
+    a, b, c = (x[x["status"] == "ok"].drop_duplicates("seed").set_index("seed")["loss"]
+               for x in (short_at_L, ref_at_L, ref_at_n))
+    seeds = sorted(set(a.index) & set(b.index) & set(c.index))
+    if len(seeds) < 2:
+        return False, f"{len(seeds)} paired seed{'s' * (len(seeds) != 1)}: no interval, the gate cannot be checked"
+    worse, value = (b[seeds] - a[seeds]).to_numpy(), (c[seeds] - b[seeds]).to_numpy()
+    iw, iv = stats.seed_interval(worse), stats.seed_interval(value)
+    said = (f"at L {worse.mean():+.3f} [{iw.lo:+.3f}, {iw.hi:+.3f}] nats against the short model; its context value "
+            f"{value.mean():+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]")
+    if iw.lo > 0:
+        return False, f"worse at equal short context: {said}"
+    if not iv.hi < 0:
+        return False, f"its context value is not below 0: {said}"
+    return True, said
 
 
 def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dict | None:
@@ -107,6 +138,8 @@ def markdown_table(t: pd.DataFrame) -> str:
         return "—" if math.isnan(x) else f"{100 * x:.0f} %"
 
     def fraction(r) -> str:
+        if r.gate != "passed":
+            return "— (reference fails the gate)"
         if math.isnan(r.fraction):
             return "no headroom" if r.headroom <= 0 else "—"
         return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]")
@@ -116,8 +149,11 @@ def markdown_table(t: pd.DataFrame) -> str:
 
     rows = [[r.scheme, r.L, r.L_eval, r.reference, num(r.short_at_L, ".3f"), num(r.short, ".3f"), num(r.long, ".3f"),
              num(r.gained, "+.3f"), num(r.headroom, "+.3f"), fraction(r), r.seeds, r.note] for r in t.itertuples()]
-    return markdown.table(["scheme", "L", "L_eval", "reference", "loss at L", "loss at L_eval", "reference's loss",
-                           "gained", "headroom", "fraction recovered [95 %]", "seeds", "note"], rows)
+    table = markdown.table(["scheme", "L", "L_eval", "reference", "loss at L", "loss at L_eval", "reference's loss",
+                            "gained", "headroom", "fraction recovered [95 %]", "seeds", "note"], rows)
+    gates = t.drop_duplicates(["reference", "L"])
+    lines = "".join(f"\n- {r.reference} (against L = {r.L}): {r.gate} — {r.gate_detail}" for r in gates.itertuples())
+    return f"{table}\n\nThe gate each reference must pass before it bounds anything:\n{lines}"
 
 
 def split_by_length(col: Collected, split: str = "validation") -> tuple[Collected, Collected] | None:
@@ -162,4 +198,8 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "label says how its recipe differs); fraction recovered = gained / headroom, seeds paired by seed number, [95 "
           "% t interval over the pairs]: 100 % = as good as "
           "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
-          "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover.")
+          "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover. A "
+          "reference bounds a row only if it passes the gate listed below the table: at L tokens of context it is no "
+          "worse than the short model (paired by seed, t interval), and its own context value (loss with L_eval "
+          "tokens of context minus with L, same tokens) is below 0 with an interval excluding 0; a reference that "
+          "fails is listed with its numbers and no fraction.")
