@@ -5,7 +5,6 @@ run recorded. (tests/test_plugins.py runs the same paths end to end, as a user d
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import sys
 from pathlib import Path

@@ -15,7 +15,7 @@ from pe_bench.errors import ConfigError
 
 # The built-in tasks: the `name = "..."` of each module of pe_bench/tasks (a task added as one file is one more).
 BUILT_IN = sorted(m.group(1) for p in (Path(tasks.__file__).parent).glob("*.py")
-                  for m in re.finditer(r'^    name = "(\w+)"', p.read_text(), re.M))
+                  for m in re.finditer(r'^    name = "(\w+)"', p.read_text(), re.MULTILINE))
 
 
 @pytest.fixture

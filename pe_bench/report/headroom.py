@@ -52,7 +52,7 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
     s, g = _losses(short), _losses(long)
     ref = g[g["L_train"] == g["L_eval"]]  # each reference at its own training length
     out = []
-    for (label, config, L), rows in s.groupby(["label", "config", "L_train"], sort=True):
+    for (label, _config, L), rows in s.groupby(["label", "config", "L_train"], sort=True):
         for key, same in rows.groupby(MATCH, sort=True):
             at_L = same[same["L_eval"] == L]
             mine = ref.merge(pd.DataFrame([key], columns=MATCH), on=MATCH)
