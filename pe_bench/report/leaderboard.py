@@ -20,17 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from pe_bench import markdown
-from pe_bench.report.accuracy import (
-    CITABLE_SEEDS,
-    EFFECTIVE_FRACTION,
-    LEARNT_AT_L,
-    NOT_LEARNT,
-    STATUS_TEXT,
-    cells,
-    not_learnt,
-    per_seed,
-    trained_task,
-)
+from pe_bench.report.accuracy import (CITABLE_SEEDS, EFFECTIVE_FRACTION, LEARNT_AT_L, NOT_LEARNT, STATUS_TEXT,
+                                      cells, not_learnt, per_seed, trained_task)
 from pe_bench.report.collect import Collected
 from pe_bench.report.perplexity import comparison, gain_mean, row_names
 from pe_bench.runs import atomic_write_text
