@@ -135,3 +135,20 @@ def test_sliding_budgets_that_differ_between_a_references_lengths_are_paired_per
     long = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}) + rows("alibi", 512, {256: [1.9, 1.9, 1.9]}, budget=8192)
     t = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long)))
     assert t["L_eval"].tolist() == [512] and t.iloc[0]["fraction"] == pytest.approx(0.25)
+
+
+def test_every_report_states_its_precondition_in_one_line():
+    from pe_bench.report.headroom import precondition
+
+    def tagged(rs: list[dict]) -> list[dict]:
+        return [{**r, "model": "tiny", "data": "shakespeare"} for r in rs]
+
+    passing = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]})
+    failing = rows("alibi", 512, {512: [1.6, 1.7, 1.8]})  # not evaluated at L
+    said = {name: precondition(Collected(pd.DataFrame(tagged(SHORT + long))))
+            for name, long in (("none", []), ("failing", failing), ("passing", passing))}
+    assert said["none"].startswith("**Precondition**: no trained-long reference among these runs")
+    assert said["failing"].startswith("**Precondition**: no trained-long reference passes its gate")
+    assert "not how much of a longer context a scheme could use" in said["failing"]
+    assert said["passing"].startswith("**Precondition**: 1 trained-long reference passes its gate")
+    assert all(line.count("\n") == 0 for line in said.values())

@@ -175,6 +175,25 @@ def split_by_length(col: Collected, split: str = "validation") -> tuple[Collecte
     return Collected(short, col.windows), Collected(long, col.windows)
 
 
+def precondition(col: Collected, split: str = "validation") -> str:
+    """The report's precondition in one line: whether a trained-long reference among its runs passes the gate, and
+    so whether the report can tell "uses the context past L" from "does not break"."""
+    pair = split_by_length(col, split)
+    t = headroom(*pair) if pair is not None else pd.DataFrame()
+    cannot = ("this report tells which schemes break past L (perplexity, context value), not how much of a longer "
+              "context a scheme could use")
+    if t.empty:
+        return f"**Precondition**: no trained-long reference among these runs: {cannot}."
+    passed = t[t["gate"] == "passed"].drop_duplicates("reference")
+    if passed.empty:
+        return f"**Precondition**: no trained-long reference passes its gate (`headroom.md`): {cannot}."
+    r = passed.iloc[0]
+    many = len(passed) > 1
+    return (f"**Precondition**: {len(passed)} trained-long reference{'s pass their' if many else ' passes its'} gate "
+            f"(`headroom.md`; {r.reference}: {r.gate_detail}): where a row has one, its fraction recovered tells "
+            "\"uses the context past L\" from \"does not break\".")
+
+
 def write_headroom(col: Collected, out: Path, title: str, split: str = "validation") -> list[Path]:
     """headroom.csv and headroom.md under ``out`` when the runs hold trained-long references; else nothing."""
     pair = split_by_length(col, split)

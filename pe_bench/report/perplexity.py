@@ -349,12 +349,16 @@ def _mark(value: Any, marked: bool, bold: tuple[str, str]) -> str:
     return f"{bold[0]}{value}{bold[1]}" if marked else str(value)
 
 
-def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", split: str = "validation") -> list[Path]:
-    """comparison.csv (every mode, wide) and comparison.md (one table per mode), for one split."""
+def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", split: str = "validation",
+                 preamble: str = "") -> list[Path]:
+    """comparison.csv (every mode, wide) and comparison.md (one table per mode; ``preamble``: a line under its
+    title, such as the report's precondition), for one split."""
     col = df if isinstance(df, Collected) else Collected(df)
     df = col.df
     out_dir.mkdir(parents=True, exist_ok=True)
     parts, md = [], [f"# {markdown.inline(title)}\n" if title else ""]
+    if preamble:
+        md.append(f"\n{preamble}\n")
     for mode in MODES:
         t = comparison(col, mode, split)
         if t.empty:
@@ -480,7 +484,8 @@ def compact(cell: Any) -> str:
     return re.sub(r" \[[^\]]*\]$", "", str(cell)).replace(" ± ", "±")
 
 
-def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split: str) -> tuple[Collected, list[Path]]:
+def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split: str,
+                      preamble: str = "") -> tuple[Collected, list[Path]]:
     """eval_long.csv (every row, sorted) and the comparison tables under ``out``; returns the sorted rows and the
     files written."""
     col = df if isinstance(df, Collected) else Collected(df)
@@ -491,4 +496,4 @@ def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split
     plain = df if fine_tunes else df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore")
     plain = plain.drop(columns=list(REFERENCE_COLUMNS), errors="ignore")  # internal keys, not the runs' numbers
     atomic_write_text(out / "eval_long.csv", plain.to_csv(index=False))
-    return col, [out / "eval_long.csv", *write_tables(col, out, title, split)]
+    return col, [out / "eval_long.csv", *write_tables(col, out, title, split, preamble)]
