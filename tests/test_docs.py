@@ -125,21 +125,15 @@ def test_the_citing_page_cites_only_what_the_registries_declare():
 # (scheme row, column) it quotes, and the value they hold there.
 PPL = "perplexity 8L/L (L=64)"
 HEADLINE_QUOTES = [
-    ("8L/L `dape` 0.971, `fox` 0.972, `cope` 0.978, `alibi` 0.983, `path` 0.995",
-     [(s, PPL, v) for s, v in (("dape", "0.971"), ("fox", "0.972"), ("cope", "0.978"), ("alibi", "0.983"),
-                               ("path", "0.995"))]),
-    ("from `dape` L [L, L] and `alibi` L [L, 2L] through `fox` 2L [2L, 2L] to `cope` ≥ 8L [≥ 8L, ≥ 8L] and `path` ≥ 8L "
-     "[≥ 8L, ≥ 8L]", [("dape", "passkey", "L [L, L]"), ("alibi", "passkey", "L [L, 2L]"), ("fox", "passkey", "2L [2L, 2L]"),
-                      ("cope", "passkey", "≥ 8L [≥ 8L, ≥ 8L]"), ("path", "passkey", "≥ 8L [≥ 8L, ≥ 8L]")]),
-    ("`alibi` keeps the multi-key needle to ≥ 8L [≥ 8L, ≥ 8L] but copy, counting and reverse only to L [L, L]",
-     [("alibi", "needle_multikey", "≥ 8L [≥ 8L, ≥ 8L]"), ("alibi", "copy", "L [L, L]"), ("alibi", "counting", "L [L, L]"),
-      ("alibi", "reverse", "L [L, L]")]),
+    ("`alibi`, flat in perplexity (8L/L 0.983), keeps passkey to L [L, 2L] and copy to L [L, L] but the multi-key needle "
+     "to ≥ 8L [≥ 8L, ≥ 8L]", [("alibi", PPL, "0.983"), ("alibi", "passkey", "L [L, 2L]"), ("alibi", "copy", "L [L, L]"),
+                              ("alibi", "needle_multikey", "≥ 8L [≥ 8L, ≥ 8L]")]),
     ("`nope` (8L/L 1.743) holds the multi-key needle to 4L [4L, ≥ 8L] and `rope` (2.065) to 2L [2L, 2L], while "
      "`rope+streaming`, flat at 0.972, holds it to L [L, L]",
      [("nope", PPL, "1.743"), ("nope", "needle_multikey", "4L [4L, ≥ 8L]"), ("rope", PPL, "2.065"),
       ("rope", "needle_multikey", "2L [2L, 2L]"), ("rope+streaming", PPL, "0.972"),
       ("rope+streaming", "needle_multikey", "L [L, L]")]),
-]
+]  # every quoted cell has three seeds: a one-seed cell says "(1 seed)" and would not match
 
 
 def summary_cells(md: str) -> dict[tuple[str, str], str]:
