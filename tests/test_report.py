@@ -1,6 +1,7 @@
 """Comparison tables: mean over seeds, 'n/a' for not applicable, '—' for not evaluated, the longest/L ratio."""
 
 import math
+import re
 
 import pandas as pd
 
@@ -97,8 +98,8 @@ def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tm
     readme = (outs[0] / "README.md").read_text()
     assert f"```bash\npe-bench report {results} --mode nonoverlapping\n```" in readme  # --out: this directory
     assert "- 4 runs: 4 done\n" in readme and "| 4 | cpu" in readme
-    tables = (outs[0] / "comparison.md").read_text().split("\n", 1)[1].strip().replace("\n## ", "\n### ")
-    assert tables.replace("## Perplexity", "### Perplexity", 1) in readme
+    body = (outs[0] / "comparison.md").read_text().split("\n", 1)[1].strip()  # its precondition line, then tables
+    assert body.startswith("**Precondition**: ") and re.sub(r"^#(#+) ", r"##\1 ", body, flags=re.M) in readme
     assert "![ppl_vs_length_nonoverlapping.png](ppl_vs_length_nonoverlapping.png)" in readme
     check_pages(outs[0], f"pe-bench report {results} --mode nonoverlapping", runs=4)
     table = pd.read_csv(outs[0] / "comparison.csv")
