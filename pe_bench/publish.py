@@ -15,7 +15,7 @@ from pe_bench.report.accuracy import write_accuracy_files
 from pe_bench.report.collect import Accuracy, Collected
 from pe_bench.report.extension import extension_table, write_extension
 from pe_bench.report.files import replace_together
-from pe_bench.report.headroom import precondition, write_headroom
+from pe_bench.report.headroom import headroom_table, precondition, write_headroom
 from pe_bench.report.leaderboard import leaderboard, write_leaderboard_files
 from pe_bench.report.perplexity import MODES, write_table_files
 
@@ -32,10 +32,11 @@ def report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, tit
                  modes: tuple[str, ...] | list[str], draw: bool) -> list[Path]:
     """The perplexity tables and figures written into ``out`` as they are (a staging folder: see write_report)."""
     col = df if isinstance(df, Collected) else Collected(df)
-    col, written = write_table_files(col, out, title, split, precondition(col, split) if not col.df.empty else "")
+    bounds = headroom_table(col, split) if not col.df.empty else None
+    col, written = write_table_files(col, out, title, split, precondition(bounds) if bounds is not None else "")
     fine_tunes = extension_table(col, "nonoverlapping", split)
     written += write_extension(fine_tunes, out, title, split)
-    written += write_headroom(col, out, title, split)
+    written += write_headroom(col, out, title, split, bounds)
     if draw:
         if not fine_tunes.empty:
             written.append(figures.plot_extension(fine_tunes, out / "ppl_vs_finetune_steps.png", title))

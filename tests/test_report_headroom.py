@@ -138,14 +138,14 @@ def test_sliding_budgets_that_differ_between_a_references_lengths_are_paired_per
 
 
 def test_every_report_states_its_precondition_in_one_line():
-    from pe_bench.report.headroom import precondition
+    from pe_bench.report.headroom import headroom_table, precondition
 
     def tagged(rs: list[dict]) -> list[dict]:
         return [{**r, "model": "tiny", "data": "shakespeare"} for r in rs]
 
     passing = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]})
     failing = rows("alibi", 512, {512: [1.6, 1.7, 1.8]})  # not evaluated at L
-    said = {name: precondition(Collected(pd.DataFrame(tagged(SHORT + long))))
+    said = {name: precondition(headroom_table(Collected(pd.DataFrame(tagged(SHORT + long)))))
             for name, long in (("none", []), ("failing", failing), ("passing", passing))}
     assert said["none"].startswith("**Precondition**: no trained-long reference among these runs")
     assert said["failing"].startswith("**Precondition**: no trained-long reference passes its gate")

@@ -175,11 +175,15 @@ def split_by_length(col: Collected, split: str = "validation") -> tuple[Collecte
     return Collected(short, col.windows), Collected(long, col.windows)
 
 
-def precondition(col: Collected, split: str = "validation") -> str:
-    """The report's precondition in one line: whether a trained-long reference among its runs passes the gate, and
-    so whether the report can tell "uses the context past L" from "does not break"."""
+def headroom_table(col: Collected, split: str = "validation") -> pd.DataFrame:
+    """:func:`headroom` of the runs' short rows and trained-long references (empty where they hold none)."""
     pair = split_by_length(col, split)
-    t = headroom(*pair) if pair is not None else pd.DataFrame()
+    return headroom(*pair) if pair is not None else pd.DataFrame(columns=COLUMNS)
+
+
+def precondition(t: pd.DataFrame) -> str:
+    """The report's precondition in one line, from its :func:`headroom_table`: whether a trained-long reference passes
+    the gate, and so whether the report can tell "uses the context past L" from "does not break"."""
     cannot = ("this report tells which schemes break past L (perplexity, context value), not how much of a longer "
               "context a scheme could use")
     if t.empty:
@@ -194,12 +198,11 @@ def precondition(col: Collected, split: str = "validation") -> str:
             "\"uses the context past L\" from \"does not break\".")
 
 
-def write_headroom(col: Collected, out: Path, title: str, split: str = "validation") -> list[Path]:
-    """headroom.csv and headroom.md under ``out`` when the runs hold trained-long references; else nothing."""
-    pair = split_by_length(col, split)
-    if pair is None:
-        return []
-    t = headroom(*pair)
+def write_headroom(col: Collected, out: Path, title: str, split: str = "validation",
+                   t: pd.DataFrame | None = None) -> list[Path]:
+    """headroom.csv and headroom.md under ``out`` when the runs hold trained-long references (``t``: their
+    :func:`headroom_table`, when already made); else nothing."""
+    t = headroom_table(col, split) if t is None else t
     if t.empty:
         return []
     csv_path, md_path = out / "headroom.csv", out / "headroom.md"
@@ -213,9 +216,9 @@ def write_headroom(col: Collected, out: Path, title: str, split: str = "validati
 LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluation (every length scores the same "
           "tokens, each with at least L_eval − S tokens of context). `gained`: loss at L minus loss at L_eval of the "
           "model trained at L; `headroom`: loss at L minus the loss at L_eval of the same scheme trained at L_eval "
-          "with the same model, data and token budget, evaluated with the same sliding settings (the reference: its row "
-          "label says how its recipe differs); fraction recovered = gained / headroom, seeds paired by seed number, [95 "
-          "% t interval over the pairs]: 100 % = as good as "
+          "with the same model, data and token budget, evaluated with the same sliding settings (the reference: its "
+          "row label says how its recipe differs); fraction recovered = gained / headroom, seeds paired by seed "
+          "number, [95 % t interval over the pairs]: 100 % = as good as "
           "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
           "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover. A "
           "reference bounds a row only if it passes the gate listed below the table: at L tokens of context it is no "

@@ -176,9 +176,9 @@ LEGEND = (f"Effective length: the longest evaluated length up to which exact mat
           "the candidates its context offers; `floors` below each task) — in multiples of L; in [ ] its 95 % range from the cells' intervals (Wilson over examples with one "
           "seed, t over seeds with several). `≥`: true at the longest length evaluated (it may hold further). "
           f"`{NOT_LEARNT}`: exact match at L below {100 * LEARNT_AT_L:g} % (no effective length: the recipe failed, "
-          "not the scheme). `range over seeds`: the lowest and highest of the seeds' own effective lengths (each seed "
-          f"judged alone). `(1 seed)`, `(2 seeds)`, `exploratory`: fewer than {CITABLE_SEEDS} seeds — a reading, not a "
-          "finding.")
+          "not the scheme). `range over seeds`: the lowest and highest of the seeds' own effective lengths (each "
+          f"seed judged alone). `(1 seed)`, `(2 seeds)`, `exploratory`: fewer than {CITABLE_SEEDS} seeds — a "
+          "reading, not a finding.")
 
 
 def floor_lines(df: pd.DataFrame) -> dict[str, str]:

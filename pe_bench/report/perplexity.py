@@ -73,16 +73,16 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
         longest = reach(r)
         base, last = means.get(int(L), float("nan")), means.get(longest, float("nan"))
         broken = [cells[k] for k in (str(L), str(longest)) if cells.get(k) in ("diverged", "nan")]
-        at = "" if longest == lengths[-1] else f" (at {longest})"
-        cells["longest/L"] = (broken[0] if broken else "n/a" if pd.isna(base) or pd.isna(last) or longest <= int(L) < lengths[-1]
+        at = "" if longest == lengths[-1] else f" (at {longest})"  # a row not evaluated as long as the table
+        unread = pd.isna(base) or pd.isna(last) or longest <= int(L) < lengths[-1]
+        cells["longest/L"] = (broken[0] if broken else "n/a" if unread
                               else round(float(last / base), 3) if not at else f"{last / base:.3f}{at}")
+        past = longest > int(L)
         if mode == "nonoverlapping":
-            gain = gain_cell(col, r[r["L_eval"] == longest], int(L), longest) if longest > int(L) else "—"
-            cells[GAIN] = gain + at if gain != "—" else gain
+            cells[GAIN] = _said_at(gain_cell(col, r[r["L_eval"] == longest], int(L), longest) if past else "—", at)
         if mode == "sliding":
-            value = (context_value_cell(col, r[r["L_eval"] == longest], r[r["L_eval"] == int(L)])
-                     if longest > int(L) else "—")
-            cells[CONTEXT_VALUE] = value + at if value != "—" else value
+            value = context_value_cell(col, r[r["L_eval"] == longest], r[r["L_eval"] == int(L)]) if past else "—"
+            cells[CONTEXT_VALUE] = _said_at(value, at)
         cells["seeds"] = int(r["seed"].nunique())
         cells["interval"] = " / ".join(sorted(kinds)) or "—"
         rows.append(cells)
@@ -94,6 +94,11 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
         t = t.drop(columns=CONTEXT_VALUE)  # no pair of lengths scored on the same windows
     t.attrs["best"] = best_marks(col, stats, lengths)
     return t
+
+
+def _said_at(cell: str, at: str) -> str:
+    """A cell read at a row's own longest length, saying so (``at``: ' (at 256)', or '' at the table's longest)."""
+    return cell if cell == "—" else cell + at
 
 
 GAIN = "gain past L"  # the column of context use at the longest length (nats per token; negative: helps)
