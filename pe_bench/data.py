@@ -12,18 +12,18 @@ import json
 import os
 import re
 import time
-from contextlib import contextmanager
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from pe_bench import tasks
 from pe_bench.atomic import atomic_write_text, replacing
 from pe_bench.config import Config, DataConfig, run_lengths
 from pe_bench.errors import ConfigError
-from pe_bench import tasks
 from pe_bench.tasks import SyntheticTask, Task, TaskData, build_task
 
 SPLITS = ("train", "validation", "test")

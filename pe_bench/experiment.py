@@ -22,6 +22,7 @@ from pe_bench.evaluate.accuracy import summary as accuracy_summary
 from pe_bench.evaluate.perplexity import (CONTEXT_COLUMNS, CONTEXT_KEY, EVAL_COLUMNS, EVAL_KEY, KEY_DEFAULTS,
                                          POSITION_COLUMNS, POSITION_KEY, WINDOW_COLUMNS, WINDOW_KEY, Evaluation,
                                          check_feasible, evaluate, passes)
+from pe_bench.evaluate.repetition import REPETITION_COLUMNS, REPETITION_KEY, distances, passage_tokens
 from pe_bench.model.decoder import Decoder
 from pe_bench.progress import duration, run_summary, say
 from pe_bench.runs import (Run, RunBusy, RunFileError, Status, check_checkpoint, digest, file_sha256, identity, read_csv,
@@ -278,11 +279,14 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
 
     def recorded(label: str) -> bool:  # every row of this variant is there ("0": an n/a length is there too)
         return only_missing and all((k, n) in have or (k, "0") in have
-                                    for k, n in _expected_keys(cfg, label, cfg.train.steps, device, len(tokens)))
+                                    for k, n in _expected_keys(cfg, label, cfg.train.steps, device, len(tokens))) \
+            and _probed(run, cfg, label, device)
 
     for m, step in _variant_models(run, cfg, corpus, device, specs, model, trained, recorded):
         done += evaluate(m, cfg, tokens, corpus.token_bytes, device, step, run.path.name, progress)
     rows = done.rows
+    if done.repetition:
+        _merge(run.repetition_csv, done.repetition, REPETITION_COLUMNS, REPETITION_KEY)
     if rows:
         _merge(run.path / WINDOWS_CSV, done.windows, WINDOW_COLUMNS, WINDOW_KEY)
         _merge(run.positions_csv, done.positions, POSITION_COLUMNS, POSITION_KEY)
@@ -348,6 +352,19 @@ def _expected_keys(cfg: Config, label: str, step: int, device: torch.device,
                             "precision": precision, "warmup": p.warmup}, EVAL_KEY[:-1])
                 out.add((key, str(p.span)))
     return out
+
+
+def _probed(run: Run, cfg: Config, label: str, device: torch.device) -> bool:
+    """True unless eval.modes asks for the repetition probe and repetition.csv lacks a distance of this variant."""
+    if "repetition" not in cfg.eval.modes:
+        return True
+    precision = "bf16" if use_bf16(cfg.train, device) else "fp32"
+    L = reference_length(cfg)
+    # REPETITION_KEY without the passage count (it depends on the split's length)
+    have = {(r["scheme"], r["split"], r["distance"], r["passage_tokens"], r["step"], r["precision"])
+            for r in read_csv(run.repetition_csv)}
+    return all((label, cfg.eval.split, str(d), str(passage_tokens(L)), str(cfg.train.steps), precision) in have
+               for d in distances(L))
 
 
 def _key(r: dict, key: tuple[str, ...]) -> tuple[str, ...]:

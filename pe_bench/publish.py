@@ -18,6 +18,7 @@ from pe_bench.report.files import replace_together
 from pe_bench.report.headroom import headroom_table, precondition, write_headroom
 from pe_bench.report.leaderboard import leaderboard, write_leaderboard_files
 from pe_bench.report.perplexity import MODES, write_table_files
+from pe_bench.report.repetition import write_repetition
 
 
 def write_report(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, title: str, split: str = "validation",
@@ -37,6 +38,7 @@ def report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, tit
     fine_tunes = extension_table(col, "nonoverlapping", split)
     written += write_extension(fine_tunes, out, title, split)
     written += write_headroom(col, out, title, split, bounds)
+    written += write_repetition(col, out, title, split)
     if draw:
         if not fine_tunes.empty:
             written.append(figures.plot_extension(fine_tunes, out / "ppl_vs_finetune_steps.png", title))

@@ -233,7 +233,7 @@ CHOICES = {
 }
 
 
-EVAL_MODES = ("nonoverlapping", "sliding", "per_position")
+EVAL_MODES = ("nonoverlapping", "sliding", "per_position", "repetition")
 
 
 # The data keys each source reads (pe_bench/data.py); name, source and tokenizer are always read, vocab_size with

@@ -10,6 +10,8 @@ context past its training length.
   tokens (Press et al. 2022, Appendix B).
 - ``per_position``: mean loss by position inside the window (bucketed), from the nonoverlapping pass, showing where
   extrapolation breaks.
+- ``repetition``: the repetition probe (:mod:`pe_bench.evaluate.repetition`): a passage repeated d tokens later in
+  real text, d = L/2 … 7L; whether the model uses the copy d tokens back.
 
 Context use (:func:`context_rows`): from the nonoverlapping pass, the mean loss at positions [L, 2L), [2L, 4L), …
 and [L, L_eval) of the longer windows minus the mean loss at positions [L/2, L) of the L windows: negative = the
@@ -38,6 +40,7 @@ from pe_bench.config import Config, reference_length, run_lengths
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.distributed import check_stop
+from pe_bench.evaluate.repetition import passage_starts, repetition_rows
 from pe_bench.model.decoder import Decoder, random_positions
 from pe_bench.progress import EvalProgress, per_length_lines, say, use_bar
 from pe_bench.schemes import LengthNotSupported
@@ -123,6 +126,8 @@ def check_feasible(cfg: Config, n_tokens: int) -> None:
     scored_span(n_tokens, cfg.eval.max_tokens, longest)
     if "sliding" in cfg.eval.modes:
         scored_span(n_tokens, cfg.eval.sliding_max_tokens, longest, warmup=longest)
+    if "repetition" in cfg.eval.modes:
+        passage_starts(n_tokens, reference_length(cfg))
 
 
 def context_ranges(L: int, length: int) -> list[tuple[int, int]]:
@@ -201,15 +206,17 @@ def window_ends(length: int, stride: int, span: int, start: int = 0) -> list[tup
 
 @dataclass
 class Evaluation:
-    """What one evaluation of one model writes: eval.csv, positions.csv, windows.csv and context.csv rows."""
+    """What one evaluation of one model writes: eval.csv, positions.csv, windows.csv, context.csv and
+    repetition.csv rows."""
 
     rows: list[dict] = field(default_factory=list)
     positions: list[dict] = field(default_factory=list)
     windows: list[dict] = field(default_factory=list)
     context: list[dict] = field(default_factory=list)
+    repetition: list[dict] = field(default_factory=list)
 
     def __iadd__(self, other: Evaluation) -> Evaluation:
-        for f in ("rows", "positions", "windows", "context"):
+        for f in ("rows", "positions", "windows", "context", "repetition"):
             getattr(self, f).extend(getattr(other, f))
         return self
 
@@ -321,9 +328,23 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
                           "status": "not_applicable", "note": str(e)} for p in todo if p.mode in cfg.eval.modes]
     if "nonoverlapping" in cfg.eval.modes:
         out.context = context_rows(base, L, blocks, budget_label(cfg.eval.max_tokens))
+    if "repetition" in cfg.eval.modes:
+        check_stop("before the repetition probe")
+        out.repetition = repetition_rows(model, tokens, L, base, device, bf16, cfg.eval.tokens_per_batch,
+                                         lambda n: eval_positions(cfg, n, device))
+        if not quiet:
+            say(repetition_line(head, out.repetition))
     if not quiet and each:  # one summary line per mode
         say("\n".join(summary_lines(head, out.rows)))
     return out
+
+
+def repetition_line(head: str, rows: list[dict]) -> str:
+    """``NAME eval repetition: copy gain -0.412 at 32, … (128 passages of 32 tokens)``."""
+    cells = [f"{float(r['gain']):+.3f} at {r['distance']}" if r["status"] == "ok" else f"{r['status']} at "
+             f"{r['distance']}" for r in rows]
+    return (f"{head} repetition: copy gain {', '.join(cells)} ({rows[0]['passages']} passages of "
+            f"{rows[0]['passage_tokens']} tokens)")
 
 
 def summary_lines(head: str, rows: list[dict]) -> list[str]:

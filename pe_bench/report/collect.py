@@ -27,6 +27,7 @@ from pe_bench.report.files import (
     read_context,
     read_eval_rows,
     read_positions,
+    read_repetition,
     read_windows,
 )
 from pe_bench.report.labels import TAGGED, UNLABELLED, config_identity, flatten, labelled, mixed_numerics
@@ -51,6 +52,8 @@ class Collected:
     meta: dict[str, RunMeta] = field(default_factory=dict)
     # context use past L (context.csv) of the runs whose rows are in df, with their 'label' and 'config'
     context: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the repetition probe (repetition.csv) of the same runs, labelled the same way
+    repetition: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def __post_init__(self) -> None:
         """Rows made elsewhere (tests, older files) without identity columns: one configuration per scheme label."""
@@ -161,12 +164,13 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
         df.loc[diverged, "precision"] = [usual.get(c, "fp32") for c in df.loc[diverged, "config"]]
     df = _without_copies(df, PERPLEXITY_KEY, read.left)
     df = labelled(df, read.flat, read.tags, read.flat_scheme)
-    return Collected(df, read.windows, read.left, read.meta, _labelled_context(read.context, df))
+    return Collected(df, read.windows, read.left, read.meta, _labelled_context(read.context, df),
+                     _labelled_context(read.repetition, df))
 
 
 def _labelled_context(frames: list[pd.DataFrame], df: pd.DataFrame) -> pd.DataFrame:
-    """The context-use rows of the runs kept in ``df``, each with the 'label', 'config' and 'group' of its run's
-    eval rows of the same scheme label."""
+    """The context-use (or repetition) rows of the runs kept in ``df``, each with the 'label', 'config' and 'group'
+    of its run's eval rows of the same scheme label."""
     frames = [f for f in frames if not f.empty]
     if not frames or df.empty:
         return pd.DataFrame()
@@ -188,6 +192,7 @@ class _Read:
     tags: dict[str, str] = field(default_factory=dict)
     meta: dict[str, RunMeta] = field(default_factory=dict)
     context: list[pd.DataFrame] = field(default_factory=list)
+    repetition: list[pd.DataFrame] = field(default_factory=list)
 
 
 def _read_runs(runs: list[Run]) -> _Read:
@@ -195,6 +200,7 @@ def _read_runs(runs: list[Run]) -> _Read:
     for run, cfg, meta, (d, run_windows, context), ident, config_id in _readable(runs, _eval_frame, read.left):
         read.windows.update(run_windows)
         read.context.append(context)
+        read.repetition.append(read_repetition(run))
         read.meta[run.path.name] = meta
         group = digest({k: v for k, v in ident.items() if k not in ("scheme", "numerics")})
         read.tags[config_id] = finetune_tag(cfg)

@@ -194,6 +194,40 @@ def read_context(run: Run) -> pd.DataFrame:
     return d.assign(run=run.path.name)
 
 
+REPETITION_REQUIRED = ("scheme", "split", "L_train", "distance", "passage_tokens", "passages", "first_loss",
+                       "second_loss", "control_loss", "gain", "lo", "hi", "seed", "step", "status")
+REPETITION_NUMERIC = ("L_train", "distance", "passage_tokens", "passages", "first_loss", "second_loss", "control_loss",
+                      "gain", "lo", "hi", "seed", "step")
+REPETITION_STATUSES = ("ok", "not_applicable", "nonfinite")
+
+
+def read_repetition(run: Run) -> pd.DataFrame:
+    """A run's repetition.csv (the repetition probe, pe_bench.evaluate.repetition) with a ``run`` column, checked
+    whole: a short line, an unknown status or a row of status ok with a value that is not a finite number is a
+    RunFileError naming the file and line (rows of other statuses hold no numbers). No file: an empty frame."""
+    if not run.repetition_csv.exists():
+        return pd.DataFrame()
+    rows, columns = read_whole_csv(run.repetition_csv, None, REPETITION_REQUIRED, allow_empty=True)
+    d = pd.DataFrame(rows, columns=columns, dtype=str)
+    if d.isna().any().any():
+        raise RunFileError(f"{run.repetition_csv} has a line with the wrong number of fields (truncated or edited)")
+    bad = ~d["status"].isin(REPETITION_STATUSES)
+    if bad.any():
+        raise RunFileError(f"{run.repetition_csv} line {int(np.flatnonzero(bad)[0]) + 2} has status "
+                           f"{d['status'][bad].iloc[0]!r}; re-evaluate the run with `pe-bench eval`")
+    ok = (d["status"] == "ok").to_numpy()
+    for c in REPETITION_NUMERIC:
+        v = pd.to_numeric(d[c], errors="coerce")
+        wrong = ok & ~np.isfinite(v.to_numpy(float))
+        if wrong.any():
+            line = int(np.flatnonzero(wrong)[0]) + 2
+            raise RunFileError(f"{run.repetition_csv} line {line} holds a {c} that is not a finite number: "
+                               f"{d[c][wrong].iloc[0]!r}; re-evaluate the run with `pe-bench eval`")
+        d[c] = v
+    d["scheme"] = d["scheme"].map(legacy_labels(run))
+    return d.assign(run=run.path.name)
+
+
 def window_key(run: str, r: Any) -> tuple:
     """The :func:`read_windows` key of an eval row (a dict or a namedtuple of the collected table)."""
     get = r.get if isinstance(r, dict) else lambda c: getattr(r, c, None)

@@ -4,6 +4,7 @@ CSV, markdown and rich."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
@@ -495,7 +496,7 @@ def write_table_files(df: pd.DataFrame | Collected, out: Path, title: str, split
     files written."""
     col = df if isinstance(df, Collected) else Collected(df)
     df = col.df.sort_values(["data", "model", "L_train", "scheme", "seed", "split", "mode", "L_eval"], kind="stable")
-    col = Collected(df, col.windows, col.left_out, col.meta, col.context)
+    col = dataclasses.replace(col, df=df)
     # the fine-tuning columns only where there are fine-tunes (the long CSV of other reports stays as it was)
     fine_tunes = (df.get("ft_parent", pd.Series([], dtype=str)) != "").any()
     plain = df if fine_tunes else df.drop(columns=list(FINETUNE_COLUMNS), errors="ignore")

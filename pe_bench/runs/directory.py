@@ -5,6 +5,7 @@ results/runs/<name>/ (the name: pe_bench.runs.naming)
     meta.json     status, provenance, figures  eval.csv       one row per length × mode × scheme variant
                   (pe_bench.runs.meta)         positions.csv  per-position loss curves
     checkpoint.pt model, optimizer, step, cfg  context.csv    loss past L against [L/2, L) (context use)
+                                               repetition.csv copy gain of a passage d tokens back
                                                accuracy.csv   a task run's accuracy rows (instead of eval.csv)
 """
 
@@ -55,6 +56,7 @@ class Run:
         self.eval_csv = self.path / "eval.csv"
         self.positions_csv = self.path / "positions.csv"
         self.context_csv = self.path / "context.csv"
+        self.repetition_csv = self.path / "repetition.csv"
         self.accuracy_csv = self.path / "accuracy.csv"
         self.accuracy_dev_csv = self.path / "accuracy_dev.csv"  # eval.heldout=dev: development examples, never reported
         self.checkpoint = self.path / CHECKPOINT
