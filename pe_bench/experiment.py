@@ -286,12 +286,12 @@ def evaluate_run(run: Run, cfg: Config, corpus: TokenizedCorpus | None = None, d
         done += evaluate(m, cfg, tokens, corpus.token_bytes, device, step, run.path.name, progress)
     rows = done.rows
     if done.repetition:
-        _merge(run.repetition_csv, done.repetition, REPETITION_COLUMNS, REPETITION_KEY)
+        merge_csv(run.repetition_csv, done.repetition, REPETITION_COLUMNS, REPETITION_KEY)
     if rows:
-        _merge(run.path / WINDOWS_CSV, done.windows, WINDOW_COLUMNS, WINDOW_KEY)
-        _merge(run.positions_csv, done.positions, POSITION_COLUMNS, POSITION_KEY)
-        _merge(run.context_csv, done.context, CONTEXT_COLUMNS, CONTEXT_KEY)
-        _merge(run.eval_csv, rows, EVAL_COLUMNS, EVAL_KEY)
+        merge_csv(run.path / WINDOWS_CSV, done.windows, WINDOW_COLUMNS, WINDOW_KEY)
+        merge_csv(run.positions_csv, done.positions, POSITION_COLUMNS, POSITION_KEY)
+        merge_csv(run.context_csv, done.context, CONTEXT_COLUMNS, CONTEXT_KEY)
+        merge_csv(run.eval_csv, rows, EVAL_COLUMNS, EVAL_KEY)
         run.update_meta(eval_csv_sha256=file_sha256(run.eval_csv),  # the report refuses an altered eval.csv
                         eval_attention_backend=cfg.attention.backend)
     return rows
@@ -332,9 +332,9 @@ def evaluate_task_run(run: Run, cfg: Config, data: TaskData, device: torch.devic
     for m, step in _variant_models(run, cfg, data, device, specs, model, trained, recorded):
         rows += evaluate_accuracy(m, cfg, data.task, device, step, run.path.name)
     if rows and path == run.accuracy_dev_csv:  # tuning numbers: beside the reported ones, never in them
-        _merge(path, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
+        merge_csv(path, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
     elif rows:
-        _merge(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
+        merge_csv(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
         run.update_meta(accuracy_csv_sha256=file_sha256(run.accuracy_csv))  # the report refuses an altered file
     return rows
 
@@ -372,7 +372,8 @@ def _key(r: dict, key: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(str(KEY_DEFAULTS[c] if c in KEY_DEFAULTS and r.get(c) in (None, "") else r.get(c)) for c in key)
 
 
-def _merge(path, new: list[dict], columns: list[str], key: tuple[str, ...]) -> None:
+def merge_csv(path, new: list[dict], columns: list[str], key: tuple[str, ...]) -> None:
+    """Rows of ``new`` replace the rows of the file with the same ``key``; the others stay."""
     fresh = {_key(r, key) for r in new}
     kept = [r for r in read_csv(path) if _key(r, key) not in fresh]
     write_csv(path, kept + new, columns)

@@ -27,9 +27,17 @@ def trained_run(run_dir: Path, overrides: list[str] | None):
     return run, saved, apply_overrides(saved, overrides or [], allowed=("eval", "scheme", "attention"))
 
 
+def is_checkpoint(run_dir: Path) -> bool:
+    """A Hugging Face checkpoint directory (config.json, no config.yaml), or a hub id (refused downstream)."""
+    if (run_dir / "config.yaml").exists():
+        return False
+    return (run_dir / "config.json").exists() or (not run_dir.exists() and str(run_dir).count("/") == 1)
+
+
 @app.command("eval")
 @friendly
-def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>)."),
+def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/runs/<name>), or a local Hugging "
+                                            "Face checkpoint directory (docs/pretrained.md)."),
              overrides: list[str] | None = typer.Argument(
                  None, metavar="KEY=VALUE",
                  help="eval.* overrides and the scheme's eval-time options, e.g. eval.lengths=[64,1024] "
@@ -39,11 +47,31 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
              progress: bool = typer.Option(True, help="Show the progress bars (off: plain log lines)."),
              cfg_only: bool = typer.Option(False, "--cfg", help="Print the config the evaluation would use (the "
                                            "run's, with these overrides) and exit."),
+             context: int | None = typer.Option(None, "--context", min=1, help="A checkpoint's training length L "
+                                                "(default: its config's max_position_embeddings)."),
              verbose: bool = verbose_option()) -> None:
     """Re-evaluate a saved run at other lengths or with eval-time scheme options (RoPE context extension, the
     learned table's policy), without retraining. Rows are added to the run's eval.csv under the variant's label,
-    beside rows of other evaluation settings."""
+    beside rows of other evaluation settings. Given a Hugging Face checkpoint directory instead, evaluate it at its
+    context L × eval.ratios on a pe-bench corpus with its own tokenizer, writing a run directory under
+    <results_dir>/pretrained/."""
     set_verbose(verbose)
+    if is_checkpoint(run_dir):
+        from pe_bench.distributed import stop_on_signals
+        from pe_bench.pretrained.checkpoint import open_checkpoint
+        from pe_bench.pretrained.evaluate import checkpoint_config, evaluate_checkpoint
+
+        if cfg_only:
+            typer.echo(to_yaml(checkpoint_config(open_checkpoint(run_dir, context), overrides or [])).rstrip())
+            return
+        stop_on_signals()
+        run = evaluate_checkpoint(run_dir, overrides or [], context, progress)
+        print_run_table(run.path, run.load_config().eval.split)
+        say(f"updated {run.eval_csv}")
+        return
+    if context is not None:
+        raise ConfigError(f"--context is for a Hugging Face checkpoint; {run_dir} is a run directory, whose L is "
+                          "its train.seq_len")
     run, saved, cfg = trained_run(run_dir, overrides)
     if cfg_only:
         typer.echo(to_yaml(cfg).rstrip())

@@ -82,6 +82,9 @@ class RunMeta:
     plugins: dict[str, str] | None = None  # "scheme tilt" / "task x" → where the plugin came from
     plugin_sha256: dict[str, str] | None = None  # the same keys → the sha256 of the plugin's file when trained
     parent: dict[str, Any] | None = None  # a fine-tune's: {run, path, steps_before}
+    # a pretrained checkpoint's evaluation (pe_bench.pretrained): {path, model_type, context, config_sha256,
+    # weights_sha256, transformers}
+    pretrained: dict[str, Any] | None = None
     slurm_job: str | None = None
     slurm_log: str | None = None
     checkpoint_step: int | None = None

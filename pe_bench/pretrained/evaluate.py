@@ -1,0 +1,132 @@
+"""One checkpoint evaluated on one corpus: pe-bench's evaluator (pe_bench.evaluate.perplexity, every mode and the
+repetition probe) on a transformers causal LM, at its context L × eval.ratios, written as a run directory that
+`pe-bench report` reads like any other:
+
+    <results_dir>/pretrained/<checkpoint dir>-<data>-L<L>-<weights sha256[:8]>/
+        config.yaml   the evaluation's config (train.seq_len = L; the model section is not the checkpoint's)
+        meta.json     status, environment, ``pretrained``: path, model type, L, config and weights sha256, transformers
+        eval.csv, windows.csv, positions.csv, context.csv, repetition.csv   as for a trained run
+
+Rows of another method or other evaluation settings are added beside the ones there; a directory whose recorded
+checkpoint differs (its config.json changed, another transformers) is refused.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from pe_bench.config import Config, ConfigError, compose, to_dict
+from pe_bench.data import load_corpus
+from pe_bench.device import resolve_device, use_bf16
+from pe_bench.evaluate.perplexity import (
+    CONTEXT_COLUMNS,
+    CONTEXT_KEY,
+    EVAL_COLUMNS,
+    EVAL_KEY,
+    POSITION_COLUMNS,
+    POSITION_KEY,
+    WINDOW_COLUMNS,
+    WINDOW_KEY,
+    check_feasible,
+    evaluate,
+)
+from pe_bench.evaluate.repetition import REPETITION_COLUMNS, REPETITION_KEY
+from pe_bench.experiment import merge_csv
+from pe_bench.pretrained.checkpoint import Checkpoint, encode, load_tokenizer, open_checkpoint, token_bytes
+from pe_bench.pretrained.methods import ROPE_FAMILY, check_applies, load_model, rope_scheme, rope_setup
+from pe_bench.runs import Run, Status, file_sha256
+from pe_bench.runs.provenance import environment
+from pe_bench.schemes.rope import RoPE, RoPEScaling
+
+# What `pe-bench eval DIR` of a checkpoint may set: the corpus, the protocol, the method, where it runs and writes.
+ALLOWED = ("data", "eval", "scheme.scaling", "train.device", "train.precision", "results_dir", "cache_dir", "seed")
+
+
+class PretrainedLM(nn.Module):
+    """A transformers causal LM as pe-bench's evaluator calls a model: ``model(x)`` with x: (B, T) ids -> (B, T, V)
+    logits, ``label()`` and ``scheme.name`` for its rows."""
+
+    def __init__(self, hf: nn.Module, scheme: RoPE) -> None:
+        super().__init__()
+        self.hf, self.scheme = hf, scheme
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        return self.hf(input_ids=x, use_cache=False).logits
+
+    def label(self) -> str:
+        return self.scheme.label()
+
+
+def checkpoint_config(ck: Checkpoint, overrides: list[str]) -> Config:
+    """The evaluation's config: train.seq_len = the checkpoint's L, RoPE with its base and rotary fraction, and the
+    overrides (ALLOWED only). A checkpoint outside the RoPE family is refused."""
+    for o in overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if not any(key == a or key.startswith(a + ".") for a in ALLOWED):
+            raise ConfigError(f"{key} cannot be set when evaluating a checkpoint; pe-bench eval of a checkpoint reads "
+                              f"{', '.join(ALLOWED)}")
+    if ck.model_type not in ROPE_FAMILY:
+        raise ConfigError(f"{ck.name} is a {ck.model_type} model; pe-bench evaluates RoPE-family checkpoints "
+                          f"({', '.join(ROPE_FAMILY)}), whose positions it can name and extend")
+    base, fraction, _ = rope_setup(ck)
+    cfg = compose([f"train.seq_len={ck.context}", "eval.variants=false", "scheme=rope", f"scheme.base={base}",
+                   f"scheme.rotary_fraction={fraction}", *overrides])
+    cfg.model.name = ck.name
+    return cfg
+
+
+def run_dir(ck: Checkpoint, cfg: Config) -> Path:
+    return Path(cfg.results_dir) / "pretrained" / f"{ck.name}-{cfg.data.name}-L{ck.context}-{ck.weights_sha256[:8]}"
+
+
+def evaluate_checkpoint(path: str | Path, overrides: list[str], context: int | None = None,
+                        progress: bool = True) -> Run:
+    """Evaluate the checkpoint at ``path`` (see the module docstring); returns its run directory. Every refusal
+    (no checkpoint, a hub id, a method the architecture cannot take, a split too short) comes before anything is
+    written."""
+    ck = open_checkpoint(path, context)
+    cfg = checkpoint_config(ck, overrides)
+    scheme = rope_scheme(ck, RoPEScaling(**to_dict(cfg)["scheme"]["scaling"]))
+    check_applies(ck, scheme.options.scaling)
+    device = resolve_device(cfg.train.device)
+    tokenizer = load_tokenizer(ck)
+    texts = load_corpus(cfg.data)[cfg.eval.split][cfg.data.text_field]
+    tokens = encode(tokenizer, texts, cfg.data.doc_separator)
+    check_feasible(cfg, len(tokens))
+    run = Run(run_dir(ck, cfg))
+    run.path.mkdir(parents=True, exist_ok=True)
+    with run.lock():
+        _begin(run, ck, cfg, device)
+        dtype = torch.bfloat16 if use_bf16(cfg.train, device) else torch.float32
+        model = PretrainedLM(load_model(ck, scheme.options.scaling, device, dtype), scheme)
+        t0 = time.time()
+        done = evaluate(model, cfg, tokens, token_bytes(tokenizer), device, name=run.path.name, progress=progress)
+        merge_csv(run.path / "windows.csv", done.windows, WINDOW_COLUMNS, WINDOW_KEY)
+        merge_csv(run.positions_csv, done.positions, POSITION_COLUMNS, POSITION_KEY)
+        merge_csv(run.context_csv, done.context, CONTEXT_COLUMNS, CONTEXT_KEY)
+        if done.repetition:
+            merge_csv(run.repetition_csv, done.repetition, REPETITION_COLUMNS, REPETITION_KEY)
+        merge_csv(run.eval_csv, done.rows, EVAL_COLUMNS, EVAL_KEY)
+        run.update_meta(status=Status.DONE, eval_csv_sha256=file_sha256(run.eval_csv), eval_seconds=time.time() - t0,
+                        n_params=sum(p.numel() for p in model.parameters()), eval_attention_backend="transformers")
+    return run
+
+
+def _begin(run: Run, ck: Checkpoint, cfg: Config, device: torch.device) -> None:
+    """A new directory gets its config and meta; an existing one must record this very checkpoint."""
+    if run.meta_path.exists():
+        recorded = run.meta().pretrained or {}
+        if recorded != ck.record():
+            changed = sorted(k for k in ck.record() if recorded.get(k) != ck.record()[k])
+            raise ConfigError(f"{run.path} was made from another checkpoint or transformers ({', '.join(changed)} "
+                              "differ); move it away or give another results_dir")
+        if run.meta().status == Status.DONE:
+            return
+    else:
+        run.create(cfg)
+    run.update_meta(status=Status.RUNNING, run_name=run.path.name, scheme=cfg.scheme.get("name"),
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S"), pretrained=ck.record(), **environment(device))

@@ -1,0 +1,206 @@
+"""Pretrained checkpoints (pe_bench.pretrained), held against transformers on tiny random checkpoints made here:
+pe-bench's path gives the model's own logits, pe-bench's RoPE formulas give transformers' logits for every method
+transformers implements, and `pe-bench eval DIR` writes a run directory that `pe-bench report` reads."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+transformers = pytest.importorskip("transformers", reason="needs the hf extra: pip install '.[hf]'")
+
+from pe_bench.cli import app  # noqa: E402
+from pe_bench.data import embedded_plays  # noqa: E402
+from pe_bench.pretrained.checkpoint import encode, load_tokenizer, open_checkpoint, token_bytes  # noqa: E402
+from pe_bench.pretrained.evaluate import PretrainedLM  # noqa: E402
+from pe_bench.pretrained.methods import load_model, model_config, rope_scheme  # noqa: E402
+from pe_bench.runs import Run  # noqa: E402
+from pe_bench.schemes.rope import RoPEScaling  # noqa: E402
+
+CPU = torch.device("cpu")
+L = 32  # the checkpoints' context
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """A byte-level BPE of 320 tokens trained on a Shakespeare play, saved as transformers saves one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    text = embedded_plays()["train"][0][1]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([text], trainers.BpeTrainer(vocab_size=320, initial_alphabet=pre_tokenizers.ByteLevel
+                                                        .alphabet(), special_tokens=["<eos>"]))
+    out = tmp_path_factory.mktemp("tokenizer")
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>").save_pretrained(out)
+    return out
+
+
+def _save(model, tokenizer_dir, path):
+    model.save_pretrained(path)
+    transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama(tokenizer_dir, tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=L)
+    return _save(transformers.LlamaForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def neox(tokenizer_dir, tmp_path_factory):
+    torch.manual_seed(1)
+    cfg = transformers.GPTNeoXConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, max_position_embeddings=L, rotary_pct=0.5)
+    return _save(transformers.GPTNeoXForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("tiny-neox"))
+
+
+def _logits(model, x):
+    with torch.no_grad():
+        return model(x).logits if not isinstance(model, PretrainedLM) else model(x)
+
+
+X = torch.randint(0, 320, (2, 4 * L), generator=torch.Generator().manual_seed(0))  # 4L tokens
+
+
+@pytest.mark.parametrize("which", ["llama", "neox"])
+def test_pe_benchs_path_without_a_method_gives_the_models_own_logits(which, request):
+    ck = open_checkpoint(request.getfixturevalue(which))
+    own = transformers.AutoModelForCausalLM.from_pretrained(ck.path, attn_implementation="eager").eval()
+    plain = PretrainedLM(load_model(ck, RoPEScaling(), CPU, torch.float32), rope_scheme(ck, RoPEScaling()))
+    torch.testing.assert_close(_logits(plain, X), _logits(own, X), atol=1e-5, rtol=0)
+    # pe-bench's explicit attention (the logit methods' path) with no pair moved: the same function
+    wide = RoPEScaling(type="rerope", window=10 * L)
+    explicit = load_model(ck, wide, CPU, torch.float32)
+    assert explicit.config._attn_implementation == "pe_bench_rerope"
+    torch.testing.assert_close(_logits(explicit, X), _logits(own, X), atol=1e-5, rtol=0)
+
+
+def _with_pe_bench_frequencies(ck, sc: RoPEScaling, seq_len: int):
+    """The checkpoint with plain rope_parameters and its rotary module's frequencies and attention factor replaced
+    by pe-bench's own (RoPE.frequencies at ``seq_len``)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(ck.path, attn_implementation="eager").eval()
+    theta, attention = rope_scheme(ck, sc).frequencies(seq_len)
+    rotary = [m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
+    assert len(rotary) == 1
+    rotary[0].inv_freq = theta.float()
+    rotary[0].attention_scaling = attention
+    return model
+
+
+METHODS = {
+    "linear": RoPEScaling(type="linear", factor=4.0),
+    "dynamic": RoPEScaling(type="dynamic", factor=4.0),
+    "yarn": RoPEScaling(type="yarn", factor=4.0),
+    "yarn, no temperature": RoPEScaling(type="yarn", factor=4.0, attention_factor=1.0),
+    "llama3": RoPEScaling(type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0),
+}
+
+
+@pytest.mark.parametrize("which", ["llama", "neox"])
+@pytest.mark.parametrize("method", [*METHODS, "longrope"])
+def test_pe_benchs_rope_formulas_give_transformers_logits_for_each_method_transformers_implements(which, method,
+                                                                                                 request):
+    ck = open_checkpoint(request.getfixturevalue(which))
+    rot_dim = rope_scheme(ck, RoPEScaling()).rot_dim
+    if method == "longrope":
+        rng = np.random.default_rng(0)
+        sc = RoPEScaling(type="longrope", factor=4.0, long_factor=(1 + 3 * rng.random(rot_dim // 2)).tolist(),
+                         short_factor=(1 + rng.random(rot_dim // 2)).tolist())
+    else:
+        sc = METHODS[method]
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(ck.path, config=model_config(ck, sc),
+                                                               attn_implementation="eager").eval()
+    ours = _with_pe_bench_frequencies(ck, sc, X.shape[1])
+    assert not torch.allclose(_logits(ours, X), _logits(open_plain(ck), X), atol=1e-3)  # the method changes them
+    torch.testing.assert_close(_logits(ours, X), _logits(theirs, X), atol=1e-4, rtol=0)
+
+
+def open_plain(ck):
+    return transformers.AutoModelForCausalLM.from_pretrained(ck.path, attn_implementation="eager").eval()
+
+
+@pytest.mark.parametrize("sc", [RoPEScaling(type="ntk", factor=4.0), RoPEScaling(resonance=True),
+                                RoPEScaling(type="yarn", factor=4.0, resonance=True)], ids=["ntk", "resonance",
+                                                                                           "yarn+resonance"])
+def test_the_methods_transformers_lacks_act_through_pe_benchs_own_frequencies(sc, llama):
+    ck = open_checkpoint(llama)
+    loaded = load_model(ck, sc, CPU, torch.float32)
+    torch.testing.assert_close(_logits(loaded, X), _logits(_with_pe_bench_frequencies(ck, sc, X.shape[1]), X),
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["rerope", "self_extend", "lm_infinite", "streaming", "dual_chunk"])
+def test_a_logit_method_is_causal_and_leaves_the_first_l_positions_as_trained(kind, llama):
+    ck = open_checkpoint(llama)
+    sc = RoPEScaling(type=kind, factor=4.0) if kind == "self_extend" else RoPEScaling(type=kind)
+    model = load_model(ck, sc, CPU, torch.float32)
+    got, plain = _logits(model, X), _logits(open_plain(ck), X)
+    assert not torch.allclose(got[:, 2 * L :], plain[:, 2 * L :], atol=1e-3)  # far pairs moved or dropped
+    if kind != "dual_chunk":  # dual chunk moves every pair into its chunks, even the near ones
+        torch.testing.assert_close(got[:, : L // 2], plain[:, : L // 2], atol=1e-5, rtol=0)
+    later = X.clone()
+    later[:, 3 * L :] = (later[:, 3 * L :] + 1) % 320
+    torch.testing.assert_close(_logits(model, later)[:, : 3 * L], got[:, : 3 * L], atol=1e-5, rtol=0)  # causal
+
+
+def test_token_bytes_of_a_byte_level_vocabulary_add_up_to_the_texts_utf8_bytes(llama):
+    tok = load_tokenizer(open_checkpoint(llama))
+    text = "Wherefore art thou — Romeo? ½ 東京\n"
+    ids = encode(tok, [text], "")
+    assert int(token_bytes(tok)[ids].sum()) == len(text.encode("utf-8"))
+
+
+def test_eval_of_a_checkpoint_writes_a_run_directory_that_report_reads(llama, tmp_path):
+    results = tmp_path / "results"
+    runner = CliRunner()
+    common = ["eval", str(llama), "eval=smoke", "eval.ratios=[1,2,4]", f"results_dir={results}", "--no-progress"]
+    r = runner.invoke(app, common)
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, [*common, "scheme.scaling.type=yarn", "scheme.scaling.factor=4"])
+    assert r.exit_code == 0, r.output
+    (run_dir,) = (results / "pretrained").iterdir()
+    run = Run(run_dir)
+    ck = open_checkpoint(llama)
+    assert run_dir.name == f"{ck.name}-shakespeare-L{L}-{ck.weights_sha256[:8]}"
+    meta = json.loads(run.meta_path.read_text())
+    assert meta["status"] == "done" and meta["pretrained"] == ck.record()
+    assert meta["pretrained"]["transformers"] == transformers.__version__
+    with run.eval_csv.open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["scheme"] for r in rows} == {"rope", "rope+yarn×4"}
+    assert {int(r["L_eval"]) for r in rows} == {L, 2 * L, 4 * L} and all(r["status"] == "ok" for r in rows)
+    out = tmp_path / "report"
+    r = runner.invoke(app, ["report", str(results / "pretrained"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    md = (out / "comparison.md").read_text()
+    assert "rope+yarn×4" in md and "| rope |" in md
+
+
+@pytest.mark.parametrize("args, message", [
+    (["meta-llama/Llama-3.1-8B"], "meta-llama/Llama-3.1-8B is not a local checkpoint directory: pe-bench never "
+                                  "downloads at run time; download it first (`hf download meta-llama/Llama-3.1-8B"),
+    (["{llama}", "model.n_layers=2"], "model.n_layers cannot be set when evaluating a checkpoint"),
+    (["{llama}", "scheme.scaling.type=yarn", "scheme.scaling.factor=0.5"], "scheme.scaling.factor"),
+    (["{gpt2}"], "is a gpt2 model; pe-bench evaluates RoPE-family checkpoints"),
+    (["{scaled}", "scheme.scaling.type=linear", "scheme.scaling.factor=2"],
+     "scheme.scaling.type=linear cannot stack on"),
+])
+def test_bad_checkpoint_input_is_one_line_exit_2_and_nothing_written(args, message, llama, tokenizer_dir, tmp_path):
+    gpt2 = _save(transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=320, n_embd=32, n_layer=1,
+                                                                      n_head=2)), tokenizer_dir, tmp_path / "gpt2")
+    scaled_cfg = transformers.AutoConfig.from_pretrained(llama)
+    scaled_cfg.rope_parameters = {**scaled_cfg.rope_parameters, "rope_type": "linear", "factor": 2.0}
+    scaled = _save(transformers.LlamaForCausalLM(scaled_cfg), tokenizer_dir, tmp_path / "scaled")
+    args = [a.format(llama=llama, gpt2=gpt2, scaled=scaled) for a in args]
+    r = CliRunner().invoke(app, ["eval", *args, f"results_dir={tmp_path / 'results'}"])
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "results").exists()
