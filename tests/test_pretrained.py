@@ -204,3 +204,67 @@ def test_bad_checkpoint_input_is_one_line_exit_2_and_nothing_written(args, messa
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
     assert not (tmp_path / "results").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pe-bench export: a trained run as a transformers checkpoint computing the same function
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Smoke runs of every exportable scheme (and ALiBi, which is not), trained here: {scheme: run directory}."""
+    results = tmp_path_factory.mktemp("export") / "results"
+    schemes = ["rope", "nope", "learned", "sinusoidal", "alibi", "rope[rotary_fraction=0.5]"]
+    r = CliRunner().invoke(app, ["sweep", "scheme=rope,nope,learned,sinusoidal,alibi", "seed=0", "train=smoke",
+                                 "model.n_layers=2", "model.d_model=64", "eval.variants=false", f"results_dir={results}",
+                                 "--out", str(results / "report"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["train", "scheme=rope", "scheme.rotary_fraction=0.5", "train=smoke",
+                                 "model.n_layers=2", "model.d_model=64", "model.init=fan_in", "eval.variants=false",
+                                 f"results_dir={results}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    runs = sorted((results / "runs").iterdir())
+    out = {}
+    for d in runs:
+        cfg = Run(d).load_config()
+        name = cfg.scheme["name"] + ("[rotary_fraction=0.5]" if cfg.scheme.get("rotary_fraction", 1) != 1 else "")
+        out[name] = d
+    assert sorted(out) == sorted(schemes)
+    return out
+
+
+@pytest.mark.parametrize("scheme, architecture", [("rope", "GPTNeoXForCausalLM"), ("nope", "GPTNeoXForCausalLM"),
+                                                  ("rope[rotary_fraction=0.5]", "GPTNeoXForCausalLM"),
+                                                  ("learned", "GPT2LMHeadModel"), ("sinusoidal", "GPT2LMHeadModel")])
+def test_an_exported_run_computes_pe_benchs_logits_in_transformers(scheme, architecture, trained, tmp_path):
+    from pe_bench.build import build_model  # noqa: F401 - the run's own model, as pe-bench evaluates it
+    from pe_bench.train import load_trained
+
+    out = tmp_path / "hf"
+    r = CliRunner().invoke(app, ["export", str(trained[scheme]), str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out}" in r.output
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(hf).__name__ == architecture
+    run = Run(trained[scheme])
+    model, _ = load_trained(run, run.load_config(), CPU)
+    L = run.load_config().train.seq_len
+    x = torch.randint(0, 256, (2, 2 * L if scheme != "learned" else L), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(input_ids=x).logits, model.eval()(x), atol=1e-5, rtol=0)
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert tok("Hi é", add_special_tokens=False)["input_ids"] == list("Hi é".encode())  # id = the byte
+    assert tok.decode(list("Hi é".encode())) == "Hi é"
+    r = CliRunner().invoke(app, ["export", str(trained[scheme]), str(out)])  # an earlier export is replaced
+    assert r.exit_code == 0, r.output
+
+
+def test_a_scheme_no_architecture_computes_is_refused_and_nothing_written(trained, tmp_path):
+    r = CliRunner().invoke(app, ["export", str(trained["alibi"]), str(tmp_path / "hf")])
+    assert r.exit_code == 2, r.output
+    assert "cannot be exported: scheme alibi has no architecture in transformers" in r.output
+    assert not (tmp_path / "hf").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    r = CliRunner().invoke(app, ["export", str(trained["rope"]), str(tmp_path / "mine")])
+    assert r.exit_code == 2 and "is not an earlier pe-bench export" in r.output
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]

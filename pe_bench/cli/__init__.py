@@ -27,7 +27,7 @@ def _search_path_from_argv(argv: list[str]) -> None:
 _search_path_from_argv(sys.argv)
 
 # The command modules register their commands on the app when imported, in the order `pe-bench --help` lists them.
-from pe_bench.cli import train, evaluate, analyze, sweep, report, runs, schemes  # noqa: F401, I001
+from pe_bench.cli import train, evaluate, analyze, sweep, report, runs, schemes, export  # noqa: F401, I001
 from pe_bench.cli.app import app, error, say, warn
 
 __all__ = ["app", "error", "main", "say", "warn"]

@@ -92,6 +92,9 @@ class Scheme(nn.Module):
     # How plots draw the scheme's rows (pe_bench.plots), optional: (colour, marker) pinned for the scheme itself —
     # without it both come from a digest of the name — and (shade, line style) for named eval-time variants.
     style: ClassVar[tuple[str, str] | None] = None
+    # The transformers architecture that computes the same function (``pe-bench export``, pe_bench.pretrained.export:
+    # gpt_neox, gpt2), declared by the class itself (a subclass does not inherit it); None: no export.
+    hf_architecture: ClassVar[str | None] = None
     variant_styles: ClassVar[dict[str, tuple[float, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -42,6 +42,7 @@ class Learned(Scheme):
     citation = "Gehring et al. 2017, arXiv:1705.03122; Radford et al. 2019 (GPT-2)"
     acts_on = ("input",)
     Options = LearnedOptions
+    hf_architecture = "gpt2"  # pe-bench export (pe_bench.pretrained.export)
     eval_options = ("beyond_table", "extend_seed")
     style = ("#9a6324", "D")
     variant_styles = {"learned[beyond_table=clamp]": (0.35, "dashed"), "learned[beyond_table=extend]": (-0.35, "dotted")}

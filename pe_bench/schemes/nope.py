@@ -34,6 +34,7 @@ class NoPE(Scheme):
     acts_on = ()
     relative = True
     Options = NoPEOptions
+    hf_architecture = "gpt_neox"  # pe-bench export (pe_bench.pretrained.export)
     eval_options = ("head_scale",)
     late_options = ("head_scale",)
     style = ("#000000", "o")

@@ -256,6 +256,7 @@ class RoPE(Scheme):
     acts_on = ("qk",)
     relative = True
     Options = RoPEOptions
+    hf_architecture = "gpt_neox"  # pe-bench export (pe_bench.pretrained.export)
     eval_options = ("scaling",)
     style = ("#1f4fd6", "s")
     # options added after runs of RoPE were named: at their YAML defaults they stay out of the run identity

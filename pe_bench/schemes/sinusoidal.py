@@ -35,6 +35,7 @@ class Sinusoidal(Scheme):
     citation = "Vaswani et al. 2017, arXiv:1706.03762"
     acts_on = ("input",)
     Options = SinusoidalOptions
+    hf_architecture = "gpt2"  # pe-bench export (pe_bench.pretrained.export)
     style = ("#12a4c4", "h")
 
     def __init__(self, options: SinusoidalOptions, shape: ModelShape) -> None:
