@@ -268,3 +268,70 @@ def test_a_scheme_no_architecture_computes_is_refused_and_nothing_written(traine
     r = CliRunner().invoke(app, ["export", str(trained["rope"]), str(tmp_path / "mine")])
     assert r.exit_code == 2 and "is not an earlier pe-bench export" in r.output
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tasks on a checkpoint: passkey and the multi-key needle in its tokenizer, greedy exact match
+# ---------------------------------------------------------------------------------------------------------------
+def _task_cfg(task: str, **options):
+    from pe_bench.config import compose
+
+    over = [f"task={task}", "train.seq_len=256"] + [f"task.{k}={v}" for k, v in options.items()]
+    return compose(over + (["task.filler=text"] if task == "passkey" else []))
+
+
+@pytest.mark.parametrize("task", ["passkey", "needle_multikey"])
+def test_a_task_prompt_is_exactly_the_length_with_its_needles_in_the_corpus_text(task, llama):
+    from pe_bench.pretrained.tasks import build_example
+
+    tok = load_tokenizer(open_checkpoint(llama))
+    filler = encode(tok, [p for _, p in embedded_plays()["validation"]], "\n\n")
+    encode_one = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    cfg = _task_cfg(task)
+    for n in (600, 901):
+        ids, answer = build_example(task, cfg, encode_one, filler, n, 0.5 if task == "passkey" else None,
+                                    np.random.default_rng(n))
+        text = tok.decode(ids)
+        assert len(ids) == n and answer.isdigit()
+        if task == "passkey":
+            assert len(answer) == 5 and text.count(f"The pass key is {answer}. Remember it.") == 1
+            assert text.endswith("What is the pass key? The pass key is")
+            middle = text.index("The pass key is") / len(text)
+            assert 0.35 < middle < 0.65  # depth 0.5 of the filler
+        else:
+            assert text.count("One of the special magic numbers for") == 4 and f"is: {answer}." in text
+    with pytest.raises(ValueError, match="cannot hold the task's"):
+        build_example(task, cfg, encode_one, filler, 20, None, np.random.default_rng(0))
+
+
+def test_greedy_exact_match_takes_the_answer_not_followed_by_another_digit():
+    from pe_bench.pretrained.tasks import greedy, solved
+
+    assert solved(" 71432.", "71432") == (True, 5) and solved("71432", "71432") == (True, 5)
+    assert solved(" 714321", "71432") == (False, 5) and solved(" 71532", "71432") == (False, 4)
+    script = [5, 6, 7]
+
+    class Scripted(torch.nn.Module):  # writes the script after any prompt of 4 tokens
+        def forward(self, x):
+            logits = torch.zeros(*x.shape, 10)
+            logits[:, -1, script[x.shape[1] - 4]] = 1.0
+            return logits
+
+    assert greedy(Scripted(), [1, 2, 3, 4], 3, CPU) == script
+
+
+def test_a_task_on_a_checkpoint_writes_accuracy_rows_that_report_reads(llama, tmp_path):
+    results = tmp_path / "results"
+    r = CliRunner().invoke(app, ["eval", str(llama), "--context", "512", "task=needle_multikey", "eval.ratios=[1,2]",
+                                 "task.eval_examples=3", f"results_dir={results}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    (run_dir,) = (results / "pretrained").iterdir()
+    assert run_dir.name.startswith(f"{llama.name}-needle_multikey-shakespeare-L512-")
+    with Run(run_dir).accuracy_csv.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["task"], r["L_eval"], r["examples"], r["status"]) for r in rows] == [
+        ("needle_multikey", "512", "3", "ok"), ("needle_multikey", "1024", "3", "ok")]
+    assert all(len(r["outcomes"]) == 3 and set(r["outcomes"]) <= {"x", "."} for r in rows)
+    r = CliRunner().invoke(app, ["report", str(results / "pretrained"), "--out", str(tmp_path / "report")])
+    assert r.exit_code == 0, r.output
+    assert "needle_multikey" in (tmp_path / "report" / "accuracy.md").read_text()

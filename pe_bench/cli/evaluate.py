@@ -66,8 +66,9 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
             return
         stop_on_signals()
         run = evaluate_checkpoint(run_dir, overrides or [], context, progress)
-        print_run_table(run.path, run.load_config().eval.split)
-        say(f"updated {run.eval_csv}")
+        done = run.load_config()
+        print_run_table(run.path, done.eval.split)
+        say(f"updated {run.eval_csv if done.task.name == 'lm' else run.accuracy_csv}")
         return
     if context is not None:
         raise ConfigError(f"--context is for a Hugging Face checkpoint; {run_dir} is a run directory, whose L is "

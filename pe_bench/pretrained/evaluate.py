@@ -34,16 +34,21 @@ from pe_bench.evaluate.perplexity import (
     check_feasible,
     evaluate,
 )
+from pe_bench.evaluate.accuracy import ACCURACY_COLUMNS, ACCURACY_KEY
+from pe_bench.evaluate.accuracy import summary as accuracy_summary
 from pe_bench.evaluate.repetition import REPETITION_COLUMNS, REPETITION_KEY
 from pe_bench.experiment import merge_csv
 from pe_bench.pretrained.checkpoint import Checkpoint, encode, load_tokenizer, open_checkpoint, token_bytes
+from pe_bench.pretrained.tasks import TASKS, task_rows
 from pe_bench.pretrained.methods import ROPE_FAMILY, check_applies, load_model, rope_scheme, rope_setup
 from pe_bench.runs import Run, Status, file_sha256
+from pe_bench.progress import say
 from pe_bench.runs.provenance import environment
 from pe_bench.schemes.rope import RoPE, RoPEScaling
 
 # What `pe-bench eval DIR` of a checkpoint may set: the corpus, the protocol, the method, where it runs and writes.
-ALLOWED = ("data", "eval", "scheme.scaling", "train.device", "train.precision", "results_dir", "cache_dir", "seed")
+ALLOWED = ("data", "eval", "scheme.scaling", "train.device", "train.precision", "results_dir", "cache_dir", "seed",
+           "task")
 
 
 class PretrainedLM(nn.Module):
@@ -73,20 +78,30 @@ def checkpoint_config(ck: Checkpoint, overrides: list[str]) -> Config:
         raise ConfigError(f"{ck.name} is a {ck.model_type} model; pe-bench evaluates RoPE-family checkpoints "
                           f"({', '.join(ROPE_FAMILY)}), whose positions it can name and extend")
     base, fraction, _ = rope_setup(ck)
+    if any(o.startswith("task.filler=") for o in overrides):
+        raise ConfigError("task.filler is not read here: a checkpoint's passkey filler is the corpus's text (data=...)")
+    passkey = ["task.filler=text"] if "task=passkey" in overrides else []
     cfg = compose([f"train.seq_len={ck.context}", "eval.variants=false", "scheme=rope", f"scheme.base={base}",
-                   f"scheme.rotary_fraction={fraction}", *overrides])
+                   f"scheme.rotary_fraction={fraction}", *overrides, *passkey])
+    if cfg.task.name not in ("lm", *TASKS):
+        raise ConfigError(f"task={cfg.task.name} is not one pe-bench builds in a checkpoint's tokenizer; use "
+                          f"{' or '.join(f'task={t}' for t in TASKS)}, or no task (perplexity)")
     cfg.model.name = ck.name
     return cfg
 
 
 def run_dir(ck: Checkpoint, cfg: Config) -> Path:
-    return Path(cfg.results_dir) / "pretrained" / f"{ck.name}-{cfg.data.name}-L{ck.context}-{ck.weights_sha256[:8]}"
+    """<results_dir>/pretrained/<checkpoint>-[<task>-]<data>-L<L>-<weights sha256[:8]>."""
+    task = "" if cfg.task.name == "lm" else f"{cfg.task.name}-"
+    return (Path(cfg.results_dir) / "pretrained"
+            / f"{ck.name}-{task}{cfg.data.name}-L{ck.context}-{ck.weights_sha256[:8]}")
 
 
 def evaluate_checkpoint(path: str | Path, overrides: list[str], context: int | None = None,
                         progress: bool = True) -> Run:
-    """Evaluate the checkpoint at ``path`` (see the module docstring); returns its run directory. Every refusal
-    (no checkpoint, a hub id, a method the architecture cannot take, a split too short) comes before anything is
+    """Evaluate the checkpoint at ``path`` (see the module docstring) by perplexity, or with task=passkey or
+    task=needle_multikey by exact match (pe_bench.pretrained.tasks); returns its run directory. Every refusal (no
+    checkpoint, a hub id, a method the architecture cannot take, a split too short) comes before anything is
     written."""
     ck = open_checkpoint(path, context)
     cfg = checkpoint_config(ck, overrides)
@@ -96,7 +111,8 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], context: int | N
     tokenizer = load_tokenizer(ck)
     texts = load_corpus(cfg.data)[cfg.eval.split][cfg.data.text_field]
     tokens = encode(tokenizer, texts, cfg.data.doc_separator)
-    check_feasible(cfg, len(tokens))
+    if cfg.task.name == "lm":
+        check_feasible(cfg, len(tokens))
     run = Run(run_dir(ck, cfg))
     run.path.mkdir(parents=True, exist_ok=True)
     with run.lock():
@@ -104,16 +120,31 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], context: int | N
         dtype = torch.bfloat16 if use_bf16(cfg.train, device) else torch.float32
         model = PretrainedLM(load_model(ck, scheme.options.scaling, device, dtype), scheme)
         t0 = time.time()
-        done = evaluate(model, cfg, tokens, token_bytes(tokenizer), device, name=run.path.name, progress=progress)
-        merge_csv(run.path / "windows.csv", done.windows, WINDOW_COLUMNS, WINDOW_KEY)
-        merge_csv(run.positions_csv, done.positions, POSITION_COLUMNS, POSITION_KEY)
-        merge_csv(run.context_csv, done.context, CONTEXT_COLUMNS, CONTEXT_KEY)
-        if done.repetition:
-            merge_csv(run.repetition_csv, done.repetition, REPETITION_COLUMNS, REPETITION_KEY)
-        merge_csv(run.eval_csv, done.rows, EVAL_COLUMNS, EVAL_KEY)
-        run.update_meta(status=Status.DONE, eval_csv_sha256=file_sha256(run.eval_csv), eval_seconds=time.time() - t0,
-                        n_params=sum(p.numel() for p in model.parameters()), eval_attention_backend="transformers")
+        if cfg.task.name == "lm":
+            _perplexity(run, cfg, model, tokens, token_bytes(tokenizer), device, progress)
+            written = {"eval_csv_sha256": file_sha256(run.eval_csv)}
+        else:
+            base = {"scheme": model.label(), "base_scheme": "rope", "model": cfg.model.name, "L_train": ck.context,
+                    "seed": cfg.seed, "step": cfg.train.steps, "precision": "bf16" if dtype == torch.bfloat16
+                    else "fp32", "heldout": ""}
+            rows = task_rows(model, cfg, tokenizer, tokens, device, base)
+            merge_csv(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
+            say(f"{run.path.name} eval {model.label()}: {accuracy_summary(rows, ck.context)}")
+            written = {"accuracy_csv_sha256": file_sha256(run.accuracy_csv)}
+        run.update_meta(status=Status.DONE, eval_seconds=time.time() - t0, eval_attention_backend="transformers",
+                        n_params=sum(p.numel() for p in model.parameters()), **written)
     return run
+
+
+def _perplexity(run: Run, cfg: Config, model: PretrainedLM, tokens, tb, device: torch.device, progress: bool) -> None:
+    """pe-bench's evaluator on the checkpoint; its rows merged into the run's files."""
+    done = evaluate(model, cfg, tokens, tb, device, name=run.path.name, progress=progress)
+    merge_csv(run.path / "windows.csv", done.windows, WINDOW_COLUMNS, WINDOW_KEY)
+    merge_csv(run.positions_csv, done.positions, POSITION_COLUMNS, POSITION_KEY)
+    merge_csv(run.context_csv, done.context, CONTEXT_COLUMNS, CONTEXT_KEY)
+    if done.repetition:
+        merge_csv(run.repetition_csv, done.repetition, REPETITION_COLUMNS, REPETITION_KEY)
+    merge_csv(run.eval_csv, done.rows, EVAL_COLUMNS, EVAL_KEY)
 
 
 def _begin(run: Run, ck: Checkpoint, cfg: Config, device: torch.device) -> None:
