@@ -35,7 +35,9 @@ from pe_bench.runs import Run, RunFileError, RunMeta, Status, digest, identity
 from pe_bench.tasks import build_task
 
 FINETUNE_COLUMNS = ("ft_parent", "ft_steps", "ft_method", "bare")  # collect_all's columns for the extension table
-REFERENCE_COLUMNS = ("setup", "scheme_id", "tokens_trained")  # what pairs a trained-long reference (report.headroom)
+# what pairs a trained-long reference (report.headroom), and whether a row is the scheme as trained (not an
+# eval-time variant: those get no headroom row)
+REFERENCE_COLUMNS = ("setup", "scheme_id", "tokens_trained", "as_trained")
 PERPLEXITY_KEY = ["config", "seed", "scheme", "split", "L_eval", "mode", "stride", "S", "budget", "step", "precision",
                   "warmup", "tokens_scored"]  # a row of one run: a second row with the same key is a second copy of the run
 ACCURACY_KEY = ["config", "seed", "task", "scheme", "L_eval", "depth", "examples", "step", "precision"]
@@ -213,6 +215,7 @@ def _read_runs(runs: list[Run]) -> _Read:
         d["setup"] = digest({k: v for k, v in ident.items() if k in ("model", "data", "task")})
         d["scheme_id"] = digest(ident["scheme"])
         d["tokens_trained"] = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.train.seq_len
+        d["as_trained"] = d["scheme"] == build_scheme(cfg, scheme_spec(cfg.scheme)).label()
         # fine-tuning: the parent's configuration, the budget, the method (scheme label + PoSE, fine-tune length)
         d["ft_parent"] = cfg.finetune.parent_config or ""
         d["ft_steps"] = cfg.train.steps if cfg.finetune.from_run else 0

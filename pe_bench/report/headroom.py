@@ -9,8 +9,8 @@ same model trained at L·r with the same token budget (the *trained-long referen
 — 1: the extrapolating row does as well as training long; 0: it merely does not break; negative: it breaks. Losses
 are those of the sliding evaluation (pe_bench.evaluate.perplexity: every length scores the same tokens, each with at
 least L_eval − S tokens of context), so the early-token effect of non-overlapping blocks is not counted as a gain.
-A row is compared only with references of its own trained scheme (same scheme options), the same model, data and
-task, and the same token budget, evaluated with the same sliding settings (stride, warm-up, token budget); each such
+Eval-time variants (rope+yarn×8, …) get no row: the headroom is a trained model's. A row is compared only with
+references of its own trained scheme (same scheme options), the same model, data and task, and the same token budget, evaluated with the same sliding settings (stride, warm-up, token budget); each such
 reference configuration is a row of its own. Seeds are paired by seed number (seed i with seed i, seeds one side
 lacks named in the note), and the fraction's interval is a t interval over those pairs. A seed that diverged on
 either side gives no fraction ("diverged"), never a smaller pairing. Where a seed's reference is no better than the
@@ -37,9 +37,10 @@ MATCH = ["base_scheme", "scheme_id", "setup", "tokens_trained", *SETTINGS]  # wh
 
 
 def _losses(col: Collected) -> pd.DataFrame:
-    """Sliding rows, one per (run, label, L_eval, settings), with their loss (NaN where the row holds no number)."""
+    """Sliding rows of the schemes as trained (eval-time variants have no headroom row), one per (run, label, L_eval,
+    settings), with their loss (NaN where the row holds no number)."""
     d = col.df
-    d = d[d["mode"] == "sliding"]
+    d = d[(d["mode"] == "sliding") & d.get("as_trained", pd.Series(True, index=d.index)).astype(bool)]
     loss = np.log(pd.to_numeric(d["ppl"], errors="coerce").astype(float))
     cols = ["label", "config", "L_train", "L_eval", "seed", "status", *MATCH]
     return d.assign(loss=loss, budget=d["budget"].astype(str), warmup=d["warmup"].astype(str),
