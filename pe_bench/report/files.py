@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pe_bench import markdown
 from pe_bench.errors import ConfigError
 from pe_bench.runs import Run, RunFileError, RunMeta, atomic_write_text
 
@@ -199,6 +200,16 @@ REPETITION_REQUIRED = ("scheme", "split", "L_train", "distance", "passage_tokens
 REPETITION_NUMERIC = ("L_train", "distance", "passage_tokens", "passages", "first_loss", "second_loss", "control_loss",
                       "gain", "lo", "hi", "seed", "step")
 REPETITION_STATUSES = ("ok", "not_applicable", "nonfinite")
+
+
+def write_csv_md(out: Path, stem: str, t: pd.DataFrame, title: str, heading: str, body: str) -> list[Path]:
+    """<stem>.csv (the table, rounded to 6 digits) and <stem>.md (``# title``, ``## heading``, ``body``) under
+    ``out``."""
+    csv_path, md_path = out / f"{stem}.csv", out / f"{stem}.md"
+    atomic_write_text(csv_path, t.round(6).to_csv(index=False))
+    head = f"# {markdown.inline(title)}\n\n" if title else ""
+    atomic_write_text(md_path, f"{head}## {heading}\n\n{body}\n")
+    return [csv_path, md_path]
 
 
 def read_repetition(run: Run) -> pd.DataFrame:

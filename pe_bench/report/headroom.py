@@ -28,7 +28,7 @@ import pandas as pd
 
 from pe_bench import markdown, stats
 from pe_bench.report.collect import Collected
-from pe_bench.runs import atomic_write_text
+from pe_bench.report.files import write_csv_md
 
 COLUMNS = ["scheme", "L", "L_eval", "reference", "short_at_L", "short", "long", "gained", "headroom", "fraction",
            "lo", "hi", "seeds", "note", "gate", "gate_detail"]
@@ -206,12 +206,8 @@ def write_headroom(col: Collected, out: Path, title: str, split: str = "validati
     t = headroom_table(col, split) if t is None else t
     if t.empty:
         return []
-    csv_path, md_path = out / "headroom.csv", out / "headroom.md"
-    atomic_write_text(csv_path, t.round(6).to_csv(index=False))
-    head = f"# {markdown.inline(title)}\n\n" if title else ""
-    atomic_write_text(md_path, f"{head}## What fraction of the trained-long headroom each row recovers ({split} "
-                               f"split, sliding evaluation)\n\n{markdown_table(t)}\n\n{LEGEND}\n")
-    return [csv_path, md_path]
+    return write_csv_md(out, "headroom", t, title, f"What fraction of the trained-long headroom each row recovers "
+                        f"({split} split, sliding evaluation)", f"{markdown_table(t)}\n\n{LEGEND}")
 
 
 LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluation (every length scores the same "

@@ -11,7 +11,7 @@ import pandas as pd
 
 from pe_bench import markdown, stats
 from pe_bench.report.collect import Collected
-from pe_bench.runs import atomic_write_text
+from pe_bench.report.files import write_csv_md
 
 TABLE_COLUMNS = ["label", "L_train", "distance", "ratio", "seeds", "first_loss", "control_loss", "second_loss", "gain",
                  "lo", "hi", "interval", "passages", "passage_tokens"]
@@ -79,9 +79,5 @@ def write_repetition(col: Collected, out: Path, title: str, split: str = "valida
     t = repetition_table(col)
     if t.empty:
         return []
-    csv_path, md_path = out / "repetition.csv", out / "repetition.md"
-    atomic_write_text(csv_path, t.round(6).to_csv(index=False))
-    head = f"# {markdown.inline(title)}\n\n" if title else ""
-    atomic_write_text(md_path, f"{head}## Does a model reach back d tokens in real text? The repetition probe "
-                               f"({split} split)\n\n{markdown_table(t)}\n\n{LEGEND}\n")
-    return [csv_path, md_path]
+    return write_csv_md(out, "repetition", t, title, f"Does a model reach back d tokens in real text? The repetition "
+                        f"probe ({split} split)", f"{markdown_table(t)}\n\n{LEGEND}")
