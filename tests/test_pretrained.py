@@ -62,6 +62,43 @@ def neox(tokenizer_dir, tmp_path_factory):
     return _save(transformers.GPTNeoXForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("tiny-neox"))
 
 
+@pytest.fixture(scope="module")
+def qwen2(tokenizer_dir, tmp_path_factory):
+    torch.manual_seed(2)
+    cfg = transformers.Qwen2Config(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=L,
+                                   use_sliding_window=False, sliding_window=4096)
+    return _save(transformers.Qwen2ForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("tiny-qwen2"))
+
+
+@pytest.fixture(scope="module")
+def phi(tokenizer_dir, tmp_path_factory):
+    torch.manual_seed(3)
+    cfg = transformers.PhiConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, max_position_embeddings=L, partial_rotary_factor=0.5)
+    return _save(transformers.PhiForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("tiny-phi"))
+
+
+@pytest.fixture(scope="module")
+def mistral(tokenizer_dir, tmp_path_factory):
+    torch.manual_seed(4)
+    cfg = transformers.MistralConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=L,
+                                     sliding_window=None)
+    return _save(transformers.MistralForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("tiny-mistral"))
+
+
+@pytest.fixture(scope="module")
+def qwen3(tokenizer_dir, tmp_path_factory):
+    torch.manual_seed(5)
+    cfg = transformers.Qwen3Config(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=L)
+    return _save(transformers.Qwen3ForCausalLM(cfg), tokenizer_dir, tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+ARCHITECTURES = ["llama", "neox", "qwen2", "qwen3", "phi", "mistral"]
+
+
 def _logits(model, x):
     with torch.no_grad():
         return model(x).logits if not isinstance(model, PretrainedLM) else model(x)
@@ -70,7 +107,7 @@ def _logits(model, x):
 X = torch.randint(0, 320, (2, 4 * L), generator=torch.Generator().manual_seed(0))  # 4L tokens
 
 
-@pytest.mark.parametrize("which", ["llama", "neox"])
+@pytest.mark.parametrize("which", ARCHITECTURES)
 def test_pe_benchs_path_without_a_method_gives_the_models_own_logits(which, request):
     ck = open_checkpoint(request.getfixturevalue(which))
     own = transformers.AutoModelForCausalLM.from_pretrained(ck.path, attn_implementation="eager").eval()
@@ -104,7 +141,7 @@ METHODS = {
 }
 
 
-@pytest.mark.parametrize("which", ["llama", "neox"])
+@pytest.mark.parametrize("which", ARCHITECTURES)
 @pytest.mark.parametrize("method", [*METHODS, "longrope"])
 def test_pe_benchs_rope_formulas_give_transformers_logits_for_each_method_transformers_implements(which, method,
                                                                                                  request):

@@ -28,7 +28,7 @@ from pe_bench.pretrained.checkpoint import Checkpoint, transformers_module
 from pe_bench.schemes.base import ModelShape
 from pe_bench.schemes.rope import ON_LOGITS, RoPE, RoPEOptions, RoPEScaling, resonance
 
-ROPE_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "phi")  # tested: llama, gpt_neox
+ROPE_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "phi")  # each tested (tests/test_pretrained.py)
 IN_TRANSFORMERS = ("linear", "dynamic", "yarn", "llama3", "longrope")
 QUERY_BLOCK = 1024  # query rows per block of the explicit attention
 
@@ -66,7 +66,8 @@ def check_applies(ck: Checkpoint, sc: RoPEScaling) -> None:
     if sc.resonance and sc.type in ("dynamic", "longrope"):
         raise ConfigError(f"scheme.scaling.resonance=true rounds fixed frequencies, but type={sc.type} changes them "
                           "with the length; use it with none, linear, ntk, yarn or llama3")
-    if sc.type in ON_LOGITS and getattr(ck.config, "sliding_window", None):
+    window = getattr(ck.config, "sliding_window", None) if getattr(ck.config, "use_sliding_window", True) else None
+    if sc.type in ON_LOGITS and window:
         raise ConfigError(f"{what} computes its own attention pattern, but {ck.name} attends within a sliding window "
                           f"of {ck.config.sliding_window}; evaluate it without the method")
 
