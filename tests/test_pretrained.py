@@ -108,11 +108,17 @@ X = torch.randint(0, 320, (2, 4 * L), generator=torch.Generator().manual_seed(0)
 
 
 @pytest.mark.parametrize("which", ARCHITECTURES)
-def test_pe_benchs_path_without_a_method_gives_the_models_own_logits(which, request):
+def test_pe_benchs_path_without_a_method_gives_the_models_own_logits(which, request, monkeypatch):
     ck = open_checkpoint(request.getfixturevalue(which))
     own = transformers.AutoModelForCausalLM.from_pretrained(ck.path, attn_implementation="eager").eval()
     plain = PretrainedLM(load_model(ck, RoPEScaling(), CPU, torch.float32), rope_scheme(ck, RoPEScaling()))
     torch.testing.assert_close(_logits(plain, X), _logits(own, X), atol=1e-5, rtol=0)
+    # the per-token nll the evaluator sums, by chunks of positions (here 16 at a time)
+    monkeypatch.setattr("pe_bench.pretrained.evaluate.NLL_CHUNK", 16)
+    with torch.no_grad():
+        nll = plain.token_nll(X[:, :-1], X[:, 1:])
+        full = torch.nn.functional.cross_entropy(_logits(own, X[:, :-1]).transpose(1, 2), X[:, 1:], reduction="none")
+    torch.testing.assert_close(nll, full, atol=1e-5, rtol=0)
     # pe-bench's explicit attention (the logit methods' path) with no pair moved: the same function
     wide = RoPEScaling(type="rerope", window=10 * L)
     explicit = load_model(ck, wide, CPU, torch.float32)
@@ -349,7 +355,7 @@ def test_greedy_exact_match_takes_the_answer_not_followed_by_another_digit():
     script = [5, 6, 7]
 
     class Scripted(torch.nn.Module):  # writes the script after any prompt of 4 tokens
-        def forward(self, x):
+        def forward(self, x, last=False):
             logits = torch.zeros(*x.shape, 10)
             logits[:, -1, script[x.shape[1] - 4]] = 1.0
             return logits

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from pe_bench import stats
 from pe_bench.config import Config, reference_length, run_lengths
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast, use_bf16
 from pe_bench.distributed import check_stop
+from pe_bench.evaluate.nll import token_nll
 from pe_bench.evaluate.repetition import passage_starts, repetition_rows
 from pe_bench.model.decoder import Decoder, random_positions
 from pe_bench.progress import EvalProgress, per_length_lines, say, use_bar
@@ -172,9 +172,7 @@ def score_windows(model: Decoder, tokens: np.ndarray, token_bytes: np.ndarray, l
         block = block.to(device)
         x, y = block[:, :-1], block[:, 1:]
         with ctx:
-            logits = model(x, positions)
-        nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="none")
-        nll = nll.view(len(chunk), length)
+            nll = token_nll(model, x, y, positions)  # (windows, length)
         n_scored = torch.tensor([n for _, n in chunk], device=device)
         keep = torch.arange(length, device=device)[None, :] >= (length - n_scored)[:, None]
         nll = nll * keep

@@ -23,11 +23,11 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from pe_bench import stats
 from pe_bench.data import DataError
 from pe_bench.device import bf16_autocast
+from pe_bench.evaluate.nll import token_nll
 from pe_bench.model.decoder import Decoder
 from pe_bench.schemes import LengthNotSupported
 
@@ -86,8 +86,7 @@ def copy_losses(model: Decoder, seqs: np.ndarray, m: int, device: torch.device, 
         block = torch.from_numpy(seqs[i : i + per_batch]).to(device)
         x, y = block[:, :-1], block[:, 1:]
         with bf16_autocast(device, bf16):
-            logits = model(x, positions)
-        nll = F.cross_entropy(logits.float().transpose(1, 2), y, reduction="none")  # (B, d + m − 1)
+            nll = token_nll(model, x, y, positions)  # (B, d + m − 1)
         first.append(nll[:, : m - 1].double().mean(1).cpu().numpy())  # targets P[1:] of the first copy
         second.append(nll[:, length - m :].double().mean(1).cpu().numpy())  # targets P[1:] of the second copy
     return np.concatenate(first), np.concatenate(second)

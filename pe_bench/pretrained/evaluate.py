@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from pe_bench.config import Config, ConfigError, compose, to_dict
@@ -51,6 +52,9 @@ ALLOWED = ("data", "eval", "scheme.scaling", "train.device", "train.precision", 
            "task")
 
 
+NLL_CHUNK = 2048  # positions whose logits exist at once in PretrainedLM.token_nll
+
+
 class PretrainedLM(nn.Module):
     """A transformers causal LM as pe-bench's evaluator calls a model: ``model(x)`` with x: (B, T) ids -> (B, T, V)
     logits, ``label()`` and ``scheme.name`` for its rows."""
@@ -59,8 +63,21 @@ class PretrainedLM(nn.Module):
         super().__init__()
         self.hf, self.scheme = hf, scheme
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        return self.hf(input_ids=x, use_cache=False).logits
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None, last: bool = False) -> torch.Tensor:
+        """(B, T, V) logits; ``last``: only the last position's, (B, 1, V)."""
+        return self.hf(input_ids=x, use_cache=False, logits_to_keep=1 if last else 0).logits
+
+    def token_nll(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(B, T) nll of the targets y, the LM head applied to NLL_CHUNK positions at a time: memory grows with the
+        window, not with window × vocabulary (50 GB of logits for Llama-3-8B at 64K tokens)."""
+        hidden = self.hf.base_model(input_ids=x, use_cache=False).last_hidden_state
+        head = self.hf.get_output_embeddings()
+        out = torch.empty(y.shape, dtype=torch.float32, device=y.device)
+        for a in range(0, x.shape[1], NLL_CHUNK):
+            logits = head(hidden[:, a : a + NLL_CHUNK]).float()
+            out[:, a : a + NLL_CHUNK] = F.cross_entropy(logits.transpose(1, 2), y[:, a : a + NLL_CHUNK],
+                                                        reduction="none")
+        return out
 
     def label(self) -> str:
         return self.scheme.label()

@@ -81,7 +81,7 @@ def greedy(model: Callable[[torch.Tensor], torch.Tensor], ids: list[int], steps:
     x = torch.tensor([ids], device=device)
     out = []
     for _ in range(steps):
-        nxt = model(x)[0, -1].float().argmax()
+        nxt = model(x, last=True)[0, -1].float().argmax()
         out.append(int(nxt))
         x = torch.cat([x, nxt.view(1, 1)], dim=1)
     return out
