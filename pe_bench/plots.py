@@ -720,6 +720,41 @@ def plot_extension(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
     return path
 
 
+def plot_headroom(t: pd.DataFrame, path: Path, title: str = "") -> Path | None:
+    """The trained-long headroom against training tokens (a report.headroom table): per scheme as trained and
+    evaluation length, 100·(1 − exp(long − short_at_L)) — how much lower the reference's perplexity at L_eval is than
+    the short model's at L — at each token budget (log2 x), a dashed line at 5 %. None unless some scheme has two
+    budgets or more."""
+    import matplotlib.pyplot as plt
+
+    t = t.dropna(subset=["short_at_L", "long"])
+    curves = [(k, g.sort_values("tokens")) for k, g in t.groupby(["base_scheme", "L", "L_eval"], sort=True)
+              if g["tokens"].nunique() >= 2]
+    if not curves:
+        return None
+    import matplotlib.ticker as mt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (scheme, L, n), g in curves:
+        ax.plot(g["tokens"], 100 * (1 - np.exp(g["long"] - g["short_at_L"])), **style_for(scheme),
+                label=f"{scheme}: trained at {n} against trained at {L}")
+    ax.axhline(5, color="grey", linestyle="--", linewidth=1)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(mt.FixedLocator(sorted(set(t["tokens"]))))
+    ax.xaxis.set_major_formatter(mt.FuncFormatter(lambda v, _: f"{v / 1e6:.3g}M"))
+    ax.xaxis.set_minor_locator(mt.NullLocator())
+    ax.set_xlabel("training tokens (the same budget for both)")
+    ax.set_ylabel("trained-long headroom (% of perplexity)")
+    ax.set_title("the reference at L_eval against the short model at L (sliding, same tokens)", fontsize=9, loc="left")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    _save(fig, path)
+    return path
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Attention analysis (pe-bench analyze): statistics by query position, per layer and head
 # ---------------------------------------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ def report_files(df: pd.DataFrame | Collected, pos: pd.DataFrame, out: Path, tit
     if draw:
         if not fine_tunes.empty:
             written.append(figures.plot_extension(fine_tunes, out / "ppl_vs_finetune_steps.png", title))
+        if bounds is not None and not bounds.empty:
+            written.append(figures.plot_headroom(bounds, out / "headroom_vs_tokens.png", title))
         for m in modes:
             written.append(figures.plot_lengths(col.df, out / f"ppl_vs_length_{m}.png", m, split, title))
         written.append(figures.plot_positions(pos, out / "loss_vs_position.png", split, col.df, title))

@@ -36,7 +36,7 @@ def test_the_fraction_is_the_gain_past_L_over_the_trained_long_gain_paired_by_se
     assert a["fraction"] == pytest.approx(0.25) and a["lo"] == pytest.approx(0.25) == a["hi"]  # the same in every pair
     assert "nope" not in t.index  # no NoPE reference: another scheme's never stands in
     md = markdown_table(headroom(short, long))
-    assert "| alibi | 64 | 512 | alibi trained at 512 | 2.100 | 2.000 | 1.700 | +0.100 | +0.400 | 25 % [25 %, 25 %] | 3 |" in md
+    assert "| alibi | 64 | 512 | alibi trained at 512 | 2,048,000 | 2.100 | 2.000 | 1.700 | +0.100 | +0.400 | 25 % [25 %, 25 %] | 3 |" in md
     long = Collected(pd.DataFrame(rows("nope", 512, {512: [1.5, 1.5, 1.5], 64: [1.8, 1.8, 1.8]})))
     n = headroom(short, long).set_index("scheme").loc["nope"]
     assert n["fraction"] == pytest.approx(np.mean([-0.8 / 0.7, -1.0 / 0.7, -1.2 / 0.7]))
@@ -152,3 +152,16 @@ def test_every_report_states_its_precondition_in_one_line():
     assert "not how much of a longer context a scheme could use" in said["failing"]
     assert said["passing"].startswith("**Precondition**: 1 trained-long reference passes its gate")
     assert all(line.count("\n") == 0 for line in said.values())
+
+
+def test_the_headroom_curve_is_drawn_against_training_tokens_once_a_scheme_has_two_budgets(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pe_bench.plots import plot_headroom
+
+    one = pd.DataFrame({"scheme": ["rope"], "base_scheme": ["rope"], "L": [64], "L_eval": [256], "tokens": [2_048_000],
+                        "short_at_L": [1.6], "long": [1.5]})
+    assert plot_headroom(one, tmp_path / "a.png") is None and not (tmp_path / "a.png").exists()
+    two = pd.concat([one, one.assign(tokens=4_096_000, long=1.4)], ignore_index=True)
+    assert plot_headroom(two, tmp_path / "b.png") == tmp_path / "b.png"
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_headroom(two, tmp_path / "c.png") and (tmp_path / "b.png").read_bytes() == (tmp_path / "c.png").read_bytes()

@@ -30,7 +30,7 @@ from pe_bench import markdown, stats
 from pe_bench.report.collect import Collected
 from pe_bench.report.files import write_csv_md
 
-COLUMNS = ["scheme", "L", "L_eval", "reference", "short_at_L", "short", "long", "gained", "headroom", "fraction",
+COLUMNS = ["scheme", "base_scheme", "L", "L_eval", "reference", "tokens", "short_at_L", "short", "long", "gained", "headroom", "fraction",
            "lo", "hi", "seeds", "note", "gate", "gate_detail"]
 SETTINGS = ["stride", "warmup", "budget"]  # a sliding pass's settings: rows of other settings are never paired
 MATCH = ["base_scheme", "scheme_id", "setup", "tokens_trained", *SETTINGS]  # what a reference shares with its row
@@ -69,8 +69,10 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
                     passed, why = gate(at_L, at_short, r)
                     if not passed and not math.isnan(row["fraction"]):
                         row.update(fraction=math.nan, lo=math.nan, hi=math.nan)
-                    out.append({"scheme": label, "L": int(L), "L_eval": int(n),
-                                "reference": f"{r['label'].iloc[0]} trained at {n}", **row,
+                    out.append({"scheme": label, "base_scheme": key[MATCH.index("base_scheme")], "L": int(L),
+                                "L_eval": int(n),
+                                "reference": f"{r['label'].iloc[0]} trained at {n}",
+                                "tokens": int(key[MATCH.index("tokens_trained")]), **row,
                                 "gate": "passed" if passed else "failed", "gate_detail": why})
     return pd.DataFrame(out, columns=COLUMNS)
 
@@ -148,9 +150,9 @@ def markdown_table(t: pd.DataFrame) -> str:
     def num(x: float, spec: str) -> str:
         return "—" if math.isnan(x) else format(x, spec)
 
-    rows = [[r.scheme, r.L, r.L_eval, r.reference, num(r.short_at_L, ".3f"), num(r.short, ".3f"), num(r.long, ".3f"),
+    rows = [[r.scheme, r.L, r.L_eval, r.reference, f"{r.tokens:,}", num(r.short_at_L, ".3f"), num(r.short, ".3f"), num(r.long, ".3f"),
              num(r.gained, "+.3f"), num(r.headroom, "+.3f"), fraction(r), r.seeds, r.note] for r in t.itertuples()]
-    table = markdown.table(["scheme", "L", "L_eval", "reference", "loss at L", "loss at L_eval", "reference's loss",
+    table = markdown.table(["scheme", "L", "L_eval", "reference", "tokens trained", "loss at L", "loss at L_eval", "reference's loss",
                             "gained", "headroom", "fraction recovered [95 %]", "seeds", "note"], rows)
     gates = t.drop_duplicates(["reference", "L"])
     lines = "".join(f"\n- {r.reference} (against L = {r.L}): {r.gate} — {r.gate_detail}" for r in gates.itertuples())
