@@ -53,15 +53,17 @@ def repetition_table(col: Collected) -> pd.DataFrame:
 
 
 def markdown_table(t: pd.DataFrame) -> str:
-    """Rows: configuration; columns: distance (d/L); cells: copy gain [interval], "(1 seed)" where one seed."""
-    distances = sorted(t["distance"].unique())
-    ratio = dict(zip(t["distance"], t["ratio"]))
-    header = ["scheme", "L", *[f"d = {d} ({ratio[d]:g}L)" for d in distances]]
-    rows = []
-    for (label, L), g in t.groupby(["label", "L_train"], sort=False):
-        by = {int(r.distance): r for r in g.itertuples()}
-        rows.append([label, L, *[_cell(by.get(int(d))) for d in distances]])
-    return markdown.table(header, rows)
+    """One table per training length L (its distances are multiples of its own L): rows, configuration; columns,
+    distance (d/L); cells, copy gain [interval], "(1 seed)" where one seed."""
+    out = []
+    for L, at in t.groupby("L_train", sort=True):
+        distances = sorted(at["distance"].unique())
+        header = ["scheme", "L", *[f"d = {d} ({d / L:g}L)" for d in distances]]
+        rows = [[label, L, *[_cell(by.get(int(d))) for d in distances]]
+                for label, g in at.groupby("label", sort=False)
+                for by in [{int(r.distance): r for r in g.itertuples()}]]
+        out.append(markdown.table(header, rows))
+    return "\n\n".join(out)
 
 
 def _cell(r) -> str:
