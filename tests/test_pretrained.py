@@ -378,3 +378,18 @@ def test_a_task_on_a_checkpoint_writes_accuracy_rows_that_report_reads(llama, tm
     r = CliRunner().invoke(app, ["report", str(results / "pretrained"), "--out", str(tmp_path / "report")])
     assert r.exit_code == 0, r.output
     assert "needle_multikey" in (tmp_path / "report" / "accuracy.md").read_text()
+
+
+def test_one_command_evaluates_a_checkpoint_with_every_method_it_can_take(llama, tmp_path):
+    from pe_bench.config import compose, scheme_spec, to_dict
+
+    results = tmp_path / "results"
+    r = CliRunner().invoke(app, ["eval", str(llama), "eval=smoke", "eval.variants=true", "eval.ratios=[1,2]",
+                                 f"results_dir={results}", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    (run_dir,) = (results / "pretrained").iterdir()
+    with Run(run_dir).eval_csv.open() as f:
+        labels = {row["scheme"] for row in csv.DictReader(f)}
+    variants = scheme_spec(to_dict(compose(["scheme=rope"]))["scheme"]).eval_variants
+    assert len(labels) == 1 + len(variants) == 14  # rope and each variant of configs/scheme/rope.yaml
+    assert {"rope", "rope+yarn×8", "rope+rerope", "rope+self_extend×16", "rope+dual_chunk", "rope+resonance"} <= labels

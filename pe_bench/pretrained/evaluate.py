@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pe_bench.config import Config, ConfigError, compose, to_dict
+from pe_bench.config import Config, ConfigError, compose, scheme_spec, to_dict, with_options
 from pe_bench.data import load_corpus
 from pe_bench.device import resolve_device, use_bf16
 from pe_bench.evaluate.perplexity import (
@@ -45,7 +45,7 @@ from pe_bench.pretrained.methods import ROPE_FAMILY, check_applies, load_model, 
 from pe_bench.runs import Run, Status, file_sha256
 from pe_bench.progress import say
 from pe_bench.runs.provenance import environment
-from pe_bench.schemes.rope import RoPE, RoPEScaling
+from pe_bench.schemes.rope import RoPE
 
 # What `pe-bench eval DIR` of a checkpoint may set: the corpus, the protocol, the method, where it runs and writes.
 ALLOWED = ("data", "eval", "scheme.scaling", "train.device", "train.precision", "results_dir", "cache_dir", "seed",
@@ -117,13 +117,13 @@ def run_dir(ck: Checkpoint, cfg: Config) -> Path:
 def evaluate_checkpoint(path: str | Path, overrides: list[str], context: int | None = None,
                         progress: bool = True) -> Run:
     """Evaluate the checkpoint at ``path`` (see the module docstring) by perplexity, or with task=passkey or
-    task=needle_multikey by exact match (pe_bench.pretrained.tasks); returns its run directory. Every refusal (no
-    checkpoint, a hub id, a method the architecture cannot take, a split too short) comes before anything is
-    written."""
+    task=needle_multikey by exact match (pe_bench.pretrained.tasks), with the method asked for and, with
+    eval.variants=true, every eval-time variant of configs/scheme/rope.yaml the checkpoint can take; returns its run
+    directory. Every refusal (no checkpoint, a hub id, a method the architecture cannot take, a split too short)
+    comes before anything is written."""
     ck = open_checkpoint(path, context)
     cfg = checkpoint_config(ck, overrides)
-    scheme = rope_scheme(ck, RoPEScaling(**to_dict(cfg)["scheme"]["scaling"]))
-    check_applies(ck, scheme.options.scaling)
+    methods = _methods(ck, cfg)
     device = resolve_device(cfg.train.device)
     tokenizer = load_tokenizer(ck)
     texts = load_corpus(cfg.data)[cfg.eval.split][cfg.data.text_field]
@@ -135,22 +135,47 @@ def evaluate_checkpoint(path: str | Path, overrides: list[str], context: int | N
     with run.lock():
         _begin(run, ck, cfg, device)
         dtype = torch.bfloat16 if use_bf16(cfg.train, device) else torch.float32
-        model = PretrainedLM(load_model(ck, scheme.options.scaling, device, dtype), scheme)
         t0 = time.time()
-        if cfg.task.name == "lm":
-            _perplexity(run, cfg, model, tokens, token_bytes(tokenizer), device, progress)
-            written = {"eval_csv_sha256": file_sha256(run.eval_csv)}
-        else:
-            base = {"scheme": model.label(), "base_scheme": "rope", "model": cfg.model.name, "L_train": ck.context,
-                    "seed": cfg.seed, "step": cfg.train.steps, "precision": "bf16" if dtype == torch.bfloat16
-                    else "fp32", "heldout": ""}
-            rows = task_rows(model, cfg, tokenizer, tokens, device, base)
-            merge_csv(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
-            say(f"{run.path.name} eval {model.label()}: {accuracy_summary(rows, ck.context)}")
-            written = {"accuracy_csv_sha256": file_sha256(run.accuracy_csv)}
+        for scheme in methods:
+            model = PretrainedLM(load_model(ck, scheme.options.scaling, device, dtype), scheme)
+            if cfg.task.name == "lm":
+                _perplexity(run, cfg, model, tokens, token_bytes(tokenizer), device, progress)
+            else:
+                _task(run, cfg, ck, model, tokenizer, tokens, device, dtype)
+        written = ({"eval_csv_sha256": file_sha256(run.eval_csv)} if cfg.task.name == "lm"
+                   else {"accuracy_csv_sha256": file_sha256(run.accuracy_csv)})
         run.update_meta(status=Status.DONE, eval_seconds=time.time() - t0, eval_attention_backend="transformers",
                         n_params=sum(p.numel() for p in model.parameters()), **written)
     return run
+
+
+def _methods(ck: Checkpoint, cfg: Config) -> list[RoPE]:
+    """The asked method (refused in one line when the checkpoint cannot take it) and, with eval.variants, each
+    eval-time variant it can take (one line for each it cannot), once per label."""
+    spec = scheme_spec(to_dict(cfg)["scheme"])
+    asked = rope_scheme(ck, spec.options.scaling)
+    check_applies(ck, asked.options.scaling)
+    out = {asked.label(): asked}
+    for variant in spec.eval_variants if cfg.eval.variants else []:
+        scheme = rope_scheme(ck, with_options(spec, variant).options.scaling)
+        try:
+            check_applies(ck, scheme.options.scaling)
+        except ConfigError as e:
+            say(f"{ck.name}: {scheme.label()} left out: {e}")
+            continue
+        out.setdefault(scheme.label(), scheme)
+    return list(out.values())
+
+
+def _task(run: Run, cfg: Config, ck: Checkpoint, model: PretrainedLM, tokenizer, tokens, device: torch.device,
+          dtype: torch.dtype) -> None:
+    """The task's accuracy rows of one method, merged into the run's accuracy.csv."""
+    base = {"scheme": model.label(), "base_scheme": "rope", "model": cfg.model.name, "L_train": ck.context,
+            "seed": cfg.seed, "step": cfg.train.steps, "precision": "bf16" if dtype == torch.bfloat16 else "fp32",
+            "heldout": ""}
+    rows = task_rows(model, cfg, tokenizer, tokens, device, base)
+    merge_csv(run.accuracy_csv, rows, ACCURACY_COLUMNS, ACCURACY_KEY)
+    say(f"{run.path.name} eval {model.label()}: {accuracy_summary(rows, ck.context)}")
 
 
 def _perplexity(run: Run, cfg: Config, model: PretrainedLM, tokens, tb, device: torch.device, progress: bool) -> None:
