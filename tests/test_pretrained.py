@@ -233,6 +233,7 @@ def test_eval_of_a_checkpoint_writes_a_run_directory_that_report_reads(llama, tm
     (["{llama}", "model.n_layers=2"], "model.n_layers cannot be set when evaluating a checkpoint"),
     (["{llama}", "scheme.scaling.type=yarn", "scheme.scaling.factor=0.5"], "scheme.scaling.factor"),
     (["{gpt2}"], "is a gpt2 model; pe-bench evaluates RoPE-family checkpoints"),
+    (["{empty}"], "holds no Hugging Face checkpoint (config.json and *.safetensors or *.bin); save one"),
     (["{scaled}", "scheme.scaling.type=linear", "scheme.scaling.factor=2"],
      "scheme.scaling.type=linear cannot stack on"),
 ])
@@ -242,7 +243,9 @@ def test_bad_checkpoint_input_is_one_line_exit_2_and_nothing_written(args, messa
     scaled_cfg = transformers.AutoConfig.from_pretrained(llama)
     scaled_cfg.rope_parameters = {**scaled_cfg.rope_parameters, "rope_type": "linear", "factor": 2.0}
     scaled = _save(transformers.LlamaForCausalLM(scaled_cfg), tokenizer_dir, tmp_path / "scaled")
-    args = [a.format(llama=llama, gpt2=gpt2, scaled=scaled) for a in args]
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.json").write_text("{}")
+    args = [a.format(llama=llama, gpt2=gpt2, scaled=scaled, empty=tmp_path / "empty") for a in args]
     r = CliRunner().invoke(app, ["eval", *args, f"results_dir={tmp_path / 'results'}"])
     assert r.exit_code == 2, r.output
     assert message in r.output and "Traceback" not in r.output
