@@ -580,7 +580,7 @@ def leaderboard_order(board: pd.DataFrame) -> list[tuple[str, int]]:
 def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, title: str = ""):
     """Schemes × tasks coloured by the effective length (log2 of it over L: L … ≥ 8L), each cell labelled; hatched
     where the row is not learnt at L, grey where it has no number; rows in :func:`leaderboard_order`. ``beside``
-    (pe_bench.report.leaderboard.perplexity_columns): the perplexity longest/L and the gain past L as the last
+    (pe_bench.report.leaderboard.perplexity_columns): the perplexity longest/L and the context value as the last
     columns, in their own colours."""
     import matplotlib
 
@@ -593,7 +593,7 @@ def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, 
     if board.empty:
         return None
     rows, tasks = leaderboard_order(board), sorted(board["task"].unique())
-    extra = [c for c in (beside.columns if beside is not None else []) if c.startswith(("perplexity", "gain"))]
+    extra = [c for c in (beside.columns if beside is not None else []) if c.startswith(("perplexity", "context value"))]
     size = (0.62 * (len(tasks) + len(extra)) + 5.2, 0.3 * len(rows) + 2.6)
     if extra:
         fig, (ax, bx) = plt.subplots(1, 2, figsize=size, dpi=110, width_ratios=[len(tasks), len(extra)],
@@ -642,7 +642,7 @@ def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, 
 
 
 def _beside_columns(ax, rows: list[tuple[str, int]], beside: pd.DataFrame | None, extra: list[str], norm) -> None:
-    """The perplexity longest/L (coloured around 1: red above, blue below) and the gain past L (coloured around 0)
+    """The perplexity longest/L (coloured around 1: red above, blue below) and the context value (coloured around 0)
     of each row, labelled; blank where the row has no language-model run."""
     import matplotlib
 

@@ -4,6 +4,7 @@ import math
 import re
 
 import pandas as pd
+import pytest
 
 from pe_bench.report import comparison, write_tables
 
@@ -200,8 +201,9 @@ def test_sliding_strides_of_one_configuration_are_rows_of_their_own_labelled_S()
     assert list(one.index.get_level_values(0)) == ["alibi"]
 
 
-def _compared_rows(shift: float, windows_of_b: bool = True):
-    """Schemes A and B of one table group at L=64, 400 windows each on the same text: B = A + shift nats/token."""
+def _compared_rows(shift: float, windows_of_b: bool = True, more: tuple[tuple[str, float | None], ...] = ()):
+    """Schemes A and B of one table group at L=64, 400 windows each on the same text: B = A + shift nats/token;
+    ``more``: further rows (name, shift against A, or None for A's very losses)."""
     import numpy as np
 
     from pe_bench.report import Collected, window_key
@@ -210,8 +212,9 @@ def _compared_rows(shift: float, windows_of_b: bool = True):
     difficulty = rng.gamma(4.0, 0.5, 400)
     tokens = np.full(400, 64.0)
     rows, win = [], {}
-    for name, extra in (("A", 0.0), ("B", shift)):
-        nll = (difficulty + extra + rng.normal(0, 0.02, 400)) * tokens
+    for name, extra in (("A", 0.0), ("B", shift), *more):
+        nll = rows_nll[0] if extra is None else (difficulty + extra + rng.normal(0, 0.02, 400)) * tokens
+        rows_nll = [nll] if name == "A" else rows_nll
         r = {"run": f"{name}-0", "scheme": name, "label": name, "config": name, "group": "g", "L_train": 64,
              "L_eval": 64, "mode": "nonoverlapping", "split": "validation", "stride": 64, "S": "", "budget": "25600",
              "step": 10, "steps": 10, "precision": "fp32", "seed": 0, "status": "ok", "tokens_scored": 25600,
@@ -223,17 +226,23 @@ def _compared_rows(shift: float, windows_of_b: bool = True):
 
 
 def table_rows(md: str) -> dict[str, str]:
-    return {line.split(" | ")[0].lstrip("| "): line for line in md.splitlines() if line.startswith("| A") or
-            line.startswith("| B")}
+    return {line.split(" | ")[0].lstrip("| "): line for line in md.splitlines()
+            if line.startswith(("| A", "| B", "| C"))}
 
 
-def test_comparison_md_puts_the_best_row_and_those_not_distinguishable_from_it_in_bold(tmp_path):
+def test_comparison_md_bolds_the_best_row_only_where_a_paired_test_separates_it_from_every_other(tmp_path):
     write_tables(_compared_rows(0.05), tmp_path / "gap", "t")
     rows = table_rows((tmp_path / "gap" / "comparison.md").read_text())
     assert "| **" in rows["A"] and "**" not in rows["B"]  # B is clearly worse: A alone is bold
     write_tables(_compared_rows(0.0), tmp_path / "null", "t")
     rows = table_rows((tmp_path / "null" / "comparison.md").read_text())
-    assert "| **" in rows["A"] and "| **" in rows["B"]  # not distinguishable: both bold
+    assert "**" not in rows["A"] and "**" not in rows["B"]  # not separated: no claim, no bold
+    write_tables(_compared_rows(0.05, more=(("C", 0.0),)), tmp_path / "near", "t")
+    rows = table_rows((tmp_path / "near" / "comparison.md").read_text())
+    assert not any("**" in row for row in rows.values())  # C is as good as A: the best is not separated from it
+    write_tables(_compared_rows(0.05, more=(("A+twin", None),)), tmp_path / "twin", "t")
+    rows = table_rows((tmp_path / "twin" / "comparison.md").read_text())
+    assert "| **" in rows["A"] and "| **" in rows["A+twin"] and "**" not in rows["B"]  # the same losses share it
 
 
 def test_a_group_with_a_row_without_per_window_losses_gets_no_bold_marks(tmp_path):
@@ -471,8 +480,7 @@ def test_the_console_tables_fit_120_columns_with_visible_marks_and_wide_shows_th
     lines = r.output.splitlines()
     assert max(len(line.rstrip()) for line in lines) <= 120
     cope = next(line for line in lines if line.startswith("cope "))
-    assert cope.split() == ["cope", "64", "6.144±0.028*", "6.031±0.027*", "5.997±0.023*", "6.008±0.020*", "0.978", "+0.018",
-                            "3"]
+    assert cope.split() == ["cope", "64", "6.144±0.028", "6.031±0.027", "5.997±0.023", "6.008±0.020", "0.978", "3"]
     # a row name too long for 120 columns folds onto the next line, whole (nothing cut off with an ellipsis)
     long = "rope[frequencies_kept=0.75]+yarn×8[attention_factor=1.0]"
     def unfolded(i: int) -> str:  # a row name and the pieces folded under it (lines that hold only a piece)
@@ -483,7 +491,7 @@ def test_the_console_tables_fit_120_columns_with_visible_marks_and_wide_shows_th
 
     names = [unfolded(i) for i, line in enumerate(lines) if line.startswith(long[:20])]
     assert names.count(long) == 2 and "…" not in r.output  # in both tables, folded, every character kept
-    assert "*: not distinguishable from the best (paired, Holm 5%)" in r.output and "[6.074, 6.214]" not in r.output
+    assert "*: the best, separated from every other row (paired, Holm 5%)" in r.output and "[6.074, 6.214]" not in r.output
     wide = CliRunner().invoke(app, ["report", str(committed / "runs" / "cope-*"), "--out", str(tmp_path / "b"),
                                     "--no-plots", "--wide"])  # CoPE's three seeds alone: a table of its own
     assert wide.exit_code == 0 and "6.144 ± 0.028 [6.074, 6.214]*" in wide.output and "t on log, 3 seeds" in wide.output
@@ -508,12 +516,13 @@ def test_runs_made_before_a_legacy_option_are_labelled_by_it_in_every_table():
     assert got.windows and {key[1] for key in got.windows} == {"stickbreaking[remainder=False]"}
 
 
-def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context_rows(tmp_path):
+def test_the_position_gain_table_comes_from_the_runs_context_rows_and_is_no_perplexity_column(tmp_path):
     """One seed: the run's own block-bootstrap interval; two seeds: the mean gain and a t interval over the seeds;
-    a configuration without context rows (an older evaluation) or trained at the longest length: '—', and the column
-    is left out when no row has it."""
+    a configuration without context rows (an older evaluation) or trained at the longest length: '—'. The position
+    gain compares other tokens with less context, so it is never a column of the perplexity tables."""
     from pe_bench import stats
     from pe_bench.report import Collected
+    from pe_bench.report.perplexity import context_table
 
     def row(scheme, seed, n, L=64):
         return {"run": f"{scheme}-{seed}", "scheme": scheme, "label": scheme, "config": scheme, "L_train": L,
@@ -533,17 +542,72 @@ def test_the_gain_past_L_column_and_the_context_table_come_from_the_runs_context
                             ctx("alibi", 0, 64, 128, -0.002), ctx("alibi", 1, 64, 128, 0.002),
                             ctx("rope", 0, 64, 512, 0.5), ctx("rope", 0, 64, 128, 0.1)])
     col = Collected(df, {}, [], {}, context)
-    t = comparison(col, "nonoverlapping")
+    g = context_table(col)
     iv = stats.seed_interval([0.004, 0.010])
-    assert t.loc[("alibi", 64), "gain past L"] == f"+0.007 [{iv.lo:+.3f}, {iv.hi:+.3f}]"
-    assert t.loc[("rope", 64), "gain past L"] == "+0.500 [+0.490, +0.510]"
-    assert t.loc[("old", 64), "gain past L"] == "—"
-    assert t.loc[("long", 512), "gain past L"] == "—"  # trained at the longest length: no position past its L
+    assert g.loc[("alibi", 64), "[64, 512)"] == f"+0.007 [{iv.lo:+.3f}, {iv.hi:+.3f}]"
+    assert g.loc[("rope", 64), "[64, 512)"] == "+0.500 [+0.490, +0.510]"
+    assert g.loc[("old", 64), "[64, 512)"] == "—"
+    assert ("long", 512) not in g.index  # trained at the longest length: no position past its L
+    assert "gain past L" not in comparison(col, "nonoverlapping").columns
     write_tables(col, tmp_path, "t")
     md = (tmp_path / "comparison.md").read_text()
-    assert "## Context use past L on the validation split" in md
+    assert "## Position gain past L on the validation split" in md and "not a calibrated measure" in md
     assert "| rope | 64 | 2.000 | +0.100 [+0.090, +0.110] | +0.500 [+0.490, +0.510] | 1 |" in md
-    assert "gain past L" not in comparison(Collected(df[df["scheme"] == "old"]), "nonoverlapping").columns
+
+
+def _ratio_rows(seeds, tokens_at_L: int, shift: float, lengths=(64, 512), aligned: bool = True):
+    """One scheme's non-overlapping rows at L = 64 and 512 on ``tokens_at_L`` tokens, with per-window losses: the
+    loss at 512 is the loss at 64 + ``shift`` nats (plus noise), per seed; ``aligned``: 512 windows that hold
+    eight 64 windows each (otherwise the 512 pass scored one window fewer)."""
+    import numpy as np
+
+    from pe_bench.report import Collected, window_key
+
+    rows, win, truth = [], {}, {}
+    for s in seeds:
+        rng = np.random.default_rng(s)
+        short = rng.gamma(4.0, 0.5, tokens_at_L // 64) * 64.0
+        long = short.reshape(-1, 8).sum(axis=1) + shift * 512 + rng.normal(0, 20.0, tokens_at_L // 512)
+        if not aligned:
+            long = long[:-1]
+        truth[s] = (long.sum() - short[:len(long) * 8].sum()) / (512 * len(long))
+        for n, nll in ((64, short), (512, long)):
+            tokens = np.full(len(nll), float(n))
+            r = {"run": f"x-{s}", "scheme": "x", "label": "x", "config": "x", "group": "g", "L_train": 64,
+                 "L_eval": n, "mode": "nonoverlapping", "split": "validation", "stride": n, "S": "",
+                 "budget": str(tokens_at_L), "step": 10, "steps": 10, "precision": "fp32", "seed": s, "status": "ok",
+                 "tokens_scored": int(tokens.sum()), "ppl": float(np.exp(nll.sum() / tokens.sum())), "data": "d",
+                 "model": "m", "warmup": "0"}
+            rows.append(r)
+            win[window_key(r["run"], r)] = (nll, tokens)
+    return Collected(pd.DataFrame(rows), win), truth
+
+
+def test_longest_over_L_carries_its_paired_ratio_interval_when_both_lengths_scored_the_same_tokens():
+    """Non-overlapping: the L windows summed eight at a time are the 8L windows' tokens, so the two lengths pair.
+    Three seeds: exp of the mean per-seed log-ratio with a t interval; one seed on ten blocks of 16K tokens: a
+    block bootstrap around the sample's ratio; one seed on fewer: the ratio alone; windows that do not line
+    up: the ratio of the mean perplexities, unpaired."""
+    import math
+
+    from pe_bench import stats
+
+    col, truth = _ratio_rows((0, 1, 2), 4096, 0.05)
+    t = comparison(col, "nonoverlapping")
+    iv = stats.seed_interval(list(truth.values()))
+    ratio = math.exp(sum(truth.values()) / 3)
+    assert t.loc[("x", 64), "longest/L"] == f"{ratio:.3f} [{math.exp(iv.lo):.3f}, {math.exp(iv.hi):.3f}]"
+    assert t.attrs["numbers"][("x", 64)][0] == pytest.approx(ratio)
+    col, truth = _ratio_rows((0,), 163840, 0.05)
+    cell = comparison(col, "nonoverlapping").loc[("x", 64), "longest/L"]
+    lo, hi = (float(x) for x in cell.split("[")[1].rstrip("]").split(", "))
+    assert cell.startswith(f"{math.exp(truth[0]):.3f} [") and lo < math.exp(truth[0]) < hi and 0.002 < hi - lo < 0.03
+    col, truth = _ratio_rows((0,), 16384, 0.05)
+    assert comparison(col, "nonoverlapping").loc[("x", 64), "longest/L"] == f"{math.exp(truth[0]):.3f}"
+    col, _ = _ratio_rows((0,), 16384, 0.05, aligned=False)
+    d = col.df
+    plain = float(d[d["L_eval"] == 512]["ppl"].iloc[0] / d[d["L_eval"] == 64]["ppl"].iloc[0])
+    assert comparison(col, "nonoverlapping").loc[("x", 64), "longest/L"] == round(plain, 3)
 
 
 def test_results_json_holds_numbers_as_numbers_and_labels_as_strings():
@@ -680,13 +744,13 @@ def test_an_extension_curve_is_the_numbers_of_one_method_at_one_length_in_step_o
 
 def test_a_run_evaluated_on_two_splits_has_each_splits_context_use_from_that_splits_position_curve(tmp_path):
     """The committed ALiBi run at L = 64 with its rows copied as a test split whose losses at 8L are 1 nat higher:
-    the gain past L is the validation one (0.011) on validation and 1 nat more on test, neither refused."""
+    the position gain past L is the validation one (0.011) on validation and 1 nat more on test, neither refused."""
     import json
     import shutil
     from pathlib import Path
 
     from pe_bench.report.collect import collect_all
-    from pe_bench.report.leaderboard import gain_column, perplexity_columns
+    from pe_bench.report.perplexity import context_table
     from pe_bench.runs import Run, file_sha256
 
     src = Path(__file__).resolve().parent.parent / "results" / "default" / "runs" / "alibi-tiny-shakespeare-L64-s0-5140bfbd"
@@ -703,8 +767,8 @@ def test_a_run_evaluated_on_two_splits_has_each_splits_context_use_from_that_spl
     (run / "meta.json").write_text(json.dumps(meta))
     col = collect_all([Run(run)])
     assert not col.left_out and sorted(set(col.context["split"])) == ["test", "validation"]
-    assert perplexity_columns(col).loc["alibi", gain_column(64)] == 0.011
-    assert perplexity_columns(col, "test").loc["alibi", gain_column(64)] == 1.011
+    assert context_table(col).loc[("alibi", 64), "[64, 512)"] == "+0.011"
+    assert context_table(col, "test").loc[("alibi", 64), "[64, 512)"] == "+1.011"
 
 
 def test_spans_of_one_configuration_are_labelled_apart_down_to_a_single_scored_token():

@@ -183,7 +183,7 @@ def test_the_leaderboard_figure_orders_complete_rows_by_their_mean_log2_effectiv
         ("t5", [400, 400, 399, 398], "copy"), ("t5", [400, 400, 399, 398], "passkey"),
         ("cope", [400, 400, 400, 400], "passkey"), ("rope", [300, 10, 0, 0], "copy"), ("rope", [300, 0, 0, 0], "passkey"))]))
     assert leaderboard_order(sparse) == [("t5", 32), ("alibi", 32), ("rope", 32), ("cope", 32)]
-    beside = pd.DataFrame({"perplexity 8L/L (L=64)": [0.98, 2.1], "gain past L (L=64)": [0.011, "—"]},
+    beside = pd.DataFrame({"perplexity 8L/L (L=64)": [0.98, 2.1], "context value (L=64)": [0.005, "—"]},
                           index=pd.Index(["alibi", "rope"], name="scheme"))
     path = plot_leaderboard(board, tmp_path / "leaderboard.png", beside, "t")
     assert path is not None and path.stat().st_size > 10_000
@@ -205,38 +205,35 @@ def test_the_task_figures_draw_the_schemes_as_trained_and_each_schemes_variants_
 
 
 def test_the_perplexity_beside_the_leaderboard_is_the_committed_one_for_every_seed_of_a_scheme():
-    """results/leaderboard's last two columns for ALiBi and NoPE from their committed language-model runs alone (all
-    seeds): the perplexity at 8L over L and the gain past L, per training length."""
+    """results/leaderboard's last column for ALiBi and NoPE from their committed language-model runs alone (all
+    seeds): the perplexity at 8L over L, paired over the seeds (non-overlapping: the same tokens at both lengths),
+    per training length; no context value, as their sliding pass had no warm-up (other tokens at L and 8L)."""
     from pathlib import Path
 
     from pe_bench.report.collect import collect_all
-    from pe_bench.report.leaderboard import gain_column, perplexity_column, perplexity_columns
+    from pe_bench.report.leaderboard import perplexity_column, perplexity_columns
     from pe_bench.runs import Run
 
     runs = sorted((Path(__file__).resolve().parents[1] / "results" / "default" / "runs").glob("*-tiny-shakespeare-L64-*"))
     runs = [Run(p) for p in runs if p.name.split("-")[0] in ("alibi", "nope")]
     assert len(runs) == 6
     t = perplexity_columns(collect_all(runs))
-    assert list(t.columns) == [perplexity_column(8, 64), gain_column(64)] == ["perplexity 8L/L (L=64)",
-                                                                           "gain past L (L=64)"]
+    assert list(t.columns) == [perplexity_column(8, 64)] == ["perplexity 8L/L (L=64)"]
     assert {"alibi", "nope", "alibi+logn"} <= set(t.index)  # the schemes and their eval-time variants
     assert round(float(t.loc["alibi", perplexity_column(8, 64)]), 3) == 0.983
-    assert round(float(t.loc["nope", perplexity_column(8, 64)]), 3) == 1.743
-    assert (t.loc["alibi", gain_column(64)], t.loc["nope", gain_column(64)]) == (0.011, 0.633)
+    assert round(float(t.loc["nope", perplexity_column(8, 64)]), 3) == 1.740  # exp of the mean log-ratio
     md = (Path(__file__).resolve().parents[1] / "results" / "leaderboard" / "leaderboard.md").read_text()
     committed, inside = {}, False
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if line.startswith("| scheme |"):
-            inside = perplexity_column(8, 64) in cells
+            inside = cells[-1] == perplexity_column(8, 64)
         elif inside and line.startswith("| "):
-            committed.setdefault(cells[0], cells[-2:])
+            committed.setdefault(cells[0], cells[-1])
     assert "alibi" in committed
     for row in t.index:
         if row in committed:  # rows with task runs too
-            ppl, gain = committed[row]
-            assert (float(ppl), gain) == (round(float(t.loc[row, perplexity_column(8, 64)]), 3),
-                                          str(t.loc[row, gain_column(64)])), row
+            assert float(committed[row]) == round(float(t.loc[row, perplexity_column(8, 64)]), 3), row
 
 
 def test_the_paired_verdicts_are_one_line_per_task_and_length_in_order_counting_zero_verdicts():
@@ -291,31 +288,43 @@ def _committed_alibi():
     return collect_all([Run(p) for p in sorted(runs)])
 
 
-def test_the_perplexity_beside_the_leaderboard_is_the_asked_splits_with_that_splits_context_use():
+def test_the_perplexity_beside_the_leaderboard_is_the_asked_splits_with_that_splits_context_value():
+    """The committed one-seed ALiBi run of results/paper (sliding with a warm-up: the same tokens at L and 8L), its
+    rows copied as a test split whose losses at 8L are one nat higher per token (every window at 512): each
+    split's paired ratio and context value are its own."""
     from dataclasses import replace
+    from pathlib import Path
 
-    from pe_bench.report.leaderboard import gain_column, perplexity_column, perplexity_columns
+    import numpy as np
 
-    col = _committed_alibi()
-    df, x = col.df, col.context
-    test = df.assign(split="test", ppl=df["ppl"].where(df["L_eval"] != 512, 2 * df["ppl"]))  # twice as high at 8L
-    both = replace(col, df=pd.concat([df, test], ignore_index=True),
-                   context=pd.concat([x, x.assign(split="test", gain=x["gain"] + 1)], ignore_index=True))
-    ppl, gain = perplexity_column(8, 64), gain_column(64)
+    from pe_bench.report.collect import collect_all
+    from pe_bench.report.leaderboard import context_column, perplexity_column, perplexity_columns
+    from pe_bench.runs import Run
+
+    runs = (Path(__file__).resolve().parents[1] / "results" / "paper" / "runs").glob("alibi-tiny-shakespeare-L64-*")
+    col = collect_all([Run(p) for p in runs])
+    df = col.df
+    test = df.assign(split="test", ppl=df["ppl"].where(df["L_eval"] != 512, np.e * df["ppl"]))
+    windows = dict(col.windows)
+    for key, (nll, tok) in col.windows.items():
+        moved = (key[0], key[1], "test", *key[3:])
+        windows[moved] = (nll + tok * (key[3] == "512"), tok)
+    both = replace(col, df=pd.concat([df, test], ignore_index=True), windows=windows)
+    ppl, ctx = perplexity_column(8, 64), context_column(64)
     v, t = perplexity_columns(both), perplexity_columns(both, "test")
-    assert (round(float(v.loc["alibi", ppl]), 3), v.loc["alibi", gain]) == (0.983, 0.011)
-    assert (round(float(t.loc["alibi", ppl]), 3), t.loc["alibi", gain]) == (1.966, 1.011)
+    assert (v.loc["alibi", ctx], t.loc["alibi", ctx]) == (0.005, 1.005)
+    assert t.loc["alibi", ppl] == pytest.approx(np.e * v.loc["alibi", ppl], abs=0.003)  # paired: exp(+1 nat)
 
 
-def test_rows_evaluated_at_L_alone_have_a_perplexity_ratio_of_one_and_no_gain_past_L():
+def test_rows_evaluated_at_L_alone_have_a_perplexity_ratio_of_one_and_no_context_value():
     from dataclasses import replace
 
-    from pe_bench.report.leaderboard import gain_column, perplexity_column, perplexity_columns
+    from pe_bench.report.leaderboard import perplexity_column, perplexity_columns
 
     col = _committed_alibi()
     t = perplexity_columns(replace(col, df=col.df[col.df["L_eval"] == 64]))
-    assert t.index.name == "scheme" and list(t.columns) == [perplexity_column(1, 64), gain_column(64)]
-    assert list(t[perplexity_column(1, 64)]) == [1.0, 1.0] and list(t[gain_column(64)]) == ["—", "—"]
+    assert t.index.name == "scheme" and list(t.columns) == [perplexity_column(1, 64)]
+    assert list(t[perplexity_column(1, 64)]) == [1.0, 1.0]
 
 
 def test_compare_goes_through_every_cell_in_order_naming_each_one_it_cannot_pair():
@@ -385,7 +394,7 @@ def test_the_leaderboard_page_has_the_extra_columns_beside_both_summaries_and_ea
     relative, absolute = md.index("**Effective length (relative)**"), md.index("**Effective length (absolute)**")
     for part in (md[relative:absolute], md[absolute:md.index("\n## ")]):
         assert "| scheme | L | abc | bcount | copy | perplexity 8L/L (L=32) |" in part
-        assert "| alibi | 32 |" in part and part.split("| alibi | 32 |")[1].split("\n")[0].endswith("| 1.5 |")
+        assert "| alibi | 32 |" in part and part.split("| alibi | 32 |")[1].split("\n")[0].endswith("| 1.500 |")
         assert part.split("| t5 | 32 |")[1].split("\n")[0].endswith("| — |")
     assert md.index("\n## abc\n") < md.index("\n## bcount\n") < md.index("\n## copy\n")
     assert "| nope | 32 | — | not evaluated at L |" in md

@@ -530,3 +530,21 @@ def test_the_truncation_contrast_is_the_paired_loss_difference_on_the_same_token
     assert three.interval.lo == pytest.approx(-0.01 - 4.302653 * 0.01 / math.sqrt(3), abs=1e-6)
     with pytest.raises(ValueError):
         truncation_contrast({0: (less[:-1], less, big)})
+
+
+def test_fiellers_interval_is_the_set_of_ratios_its_t_test_does_not_reject_and_unbounded_without_a_denominator():
+    """Fieller (1954): θ is inside iff |x̄ − θȳ| ≤ t · sd(x − θy)/√n over the paired seeds — checked on a grid; with
+    no spread it is the ratio itself; where the denominator's own t interval holds 0 no ratio can be claimed."""
+    x, y = np.array([0.10, 0.05, 0.12, 0.08]), np.array([0.40, 0.30, 0.50, 0.35])
+    iv = stats_mod.fieller_interval(x, y)
+    t = stats_mod.t_quantile(3)
+    grid = np.linspace(-1, 2, 30001)
+    inside = [th for th in grid if abs((x - th * y).mean()) <= t * (x - th * y).std(ddof=1) / 2]
+    assert iv.lo == pytest.approx(min(inside), abs=2e-4) and iv.hi == pytest.approx(max(inside), abs=2e-4)
+    assert iv.lo < x.mean() / y.mean() < iv.hi and iv.method == stats_mod.FIELLER_METHOD and iv.n == 4
+    same = stats_mod.fieller_interval([0.1, 0.1, 0.1], [0.4, 0.4, 0.4])
+    assert same.lo == pytest.approx(0.25) == same.hi
+    loose = stats_mod.fieller_interval([0.1, 0.2, 0.1], [0.3, -0.2, 0.1])
+    assert (loose.lo, loose.hi) == (-math.inf, math.inf)
+    with pytest.raises(ValueError, match="≥ 2 paired values"):
+        stats_mod.fieller_interval([0.1], [0.4])

@@ -290,7 +290,7 @@ def test_compare_finds_a_real_gap_and_not_a_null_one(seeds):
     null = compare(_synthetic(0.0, seeds), "A", "B", modes=["nonoverlapping"])
     assert null["excludes 0"].tolist() == ["no"] and null["verdict"].tolist() == ["not distinguishable"]
     t = comparison(_synthetic(0.0, seeds), "nonoverlapping")
-    assert t.attrs["best"] == {("A", 64, 64), ("B", 64, 64)}  # both marked: not distinguishable from the best
+    assert t.attrs["best"] == set()  # no separated best: no mark
     t = comparison(_synthetic(0.03, seeds), "nonoverlapping")
     assert t.attrs["best"] == {("A", 64, 64)}
     interval = t.loc[("A", 64), "interval"]

@@ -41,7 +41,7 @@ def report(ctx: typer.Context,
                                      "always have them); default: mean ± std within 120 columns.")
            ) -> None:
     """Tables and plots from many runs: eval_long.csv (every row), comparison.csv/.md (one row per configuration:
-    mean ± std over seeds, a 95% interval, the number of seeds; bold: not distinguishable from the best),
+    mean ± std over seeds, a 95% interval, the number of seeds; bold: the best, where paired tests separate it from every other row),
     ppl_vs_length_<mode>.png and loss_vs_position.png, README.md and index.html (the command, the runs' time and
     environment, the tables, the figures) and results.json (every table as data, with versions and the command).
     Unreadable or unfinished run directories are left out, each named. Same inputs, same bytes. The console shows

@@ -12,7 +12,8 @@ least L_eval − S tokens of context), so the early-token effect of non-overlapp
 Eval-time variants (rope+yarn×8, …) get no row: the headroom is a trained model's. A row is compared only with
 references of its own trained scheme (same scheme options), the same model, data and task, and the same token budget, evaluated with the same sliding settings (stride, warm-up, token budget); each such
 reference configuration is a row of its own. Seeds are paired by seed number (seed i with seed i, seeds one side
-lacks named in the note), and the fraction's interval is a t interval over those pairs. A seed that diverged on
+lacks named in the note); the fraction is the ratio of the mean gain to the mean headroom over those pairs, with
+Fieller's interval for a ratio of means (unbounded where the headroom's own interval holds 0). A seed that diverged on
 either side gives no fraction ("diverged"), never a smaller pairing. Where a seed's reference is no better than the
 short model at L (headroom ≤ 0: training long with that budget did not pay), there is no fraction: the table says
 "no headroom".
@@ -121,12 +122,11 @@ def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dic
              "headroom": (a - c).mean(), "seeds": len(seeds), "note": note}
     if (a - c).min() <= 0:  # the reference is no better than the short model at L: nothing to recover
         return {**means, "fraction": math.nan, "lo": math.nan, "hi": math.nan}
-    frac = (a - b) / (a - c)
     lo = hi = math.nan
-    if len(seeds) >= 2 and np.isfinite(frac).all():
-        iv = stats.seed_interval(frac)
+    if len(seeds) >= 2 and np.isfinite(a - b).all() and np.isfinite(a - c).all():
+        iv = stats.fieller_interval(a - b, a - c)
         lo, hi = iv.lo, iv.hi
-    return {**means, "fraction": float(frac.mean()), "lo": lo, "hi": hi}
+    return {**means, "fraction": float((a - b).mean() / (a - c).mean()), "lo": lo, "hi": hi}
 
 
 def _blank(seeds: int, note: str) -> dict:
@@ -145,6 +145,8 @@ def markdown_table(t: pd.DataFrame) -> str:
             return "— (reference fails the gate)"
         if math.isnan(r.fraction):
             return "no headroom" if r.headroom <= 0 else "—"
+        if math.isinf(r.lo):
+            return pct(r.fraction) + " [unbounded]"
         return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]")
 
     def num(x: float, spec: str) -> str:
@@ -216,8 +218,9 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "tokens, each with at least L_eval − S tokens of context). `gained`: loss at L minus loss at L_eval of the "
           "model trained at L; `headroom`: loss at L minus the loss at L_eval of the same scheme trained at L_eval "
           "with the same model, data and token budget, evaluated with the same sliding settings (the reference: its "
-          "row label says how its recipe differs); fraction recovered = gained / headroom, seeds paired by seed "
-          "number, [95 % t interval over the pairs]: 100 % = as good as "
+          "row label says how its recipe differs); fraction recovered = mean gained / mean headroom, seeds paired by "
+          "seed number, [95 % Fieller interval over the pairs; `unbounded` where the headroom's own interval holds "
+          "0]: 100 % = as good as "
           "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
           "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover. A "
           "reference bounds a row only if it passes the gate listed below the table: at L tokens of context it is no "

@@ -23,7 +23,7 @@ from pe_bench import markdown
 from pe_bench.report.accuracy import (CITABLE_SEEDS, EFFECTIVE_FRACTION, LEARNT_AT_L, NOT_LEARNT, STATUS_TEXT,
                                       cells, not_learnt, per_seed, trained_task)
 from pe_bench.report.collect import Collected
-from pe_bench.report.perplexity import comparison, gain_mean, row_names
+from pe_bench.report.perplexity import comparison
 from pe_bench.runs import atomic_write_text
 
 COLUMNS = ["task", "scheme", "L", "at_L", "at_L_lo", "at_L_hi", "effective_length", "effective_ratio",
@@ -207,6 +207,16 @@ ABSOLUTE_SENTENCE = (f"**Effective length (absolute)**: the longest length up to
                      "where even L falls short — a row's own accuracy at L does not enter.")
 
 
+def _formatted(extra: pd.DataFrame) -> pd.DataFrame:
+    """The columns beside the summaries as printed: a ratio to 3 decimals, a context value signed."""
+    def cell(column: str, v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            return v
+        return f"{v:+.3f}" if column.startswith("context value") else f"{v:.3f}"
+
+    return pd.DataFrame({c: [cell(c, v) for v in extra[c]] for c in extra.columns}, index=extra.index)
+
+
 def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | None = None,
                          floors: dict[str, str] | None = None) -> str:
     """leaderboard.md: the two summaries (schemes × tasks, the relative then the absolute effective length, each
@@ -216,7 +226,7 @@ def leaderboard_markdown(board: pd.DataFrame, title: str, extra: pd.DataFrame | 
     for view, sentence in (("effective", RELATIVE_SENTENCE), ("absolute", ABSOLUTE_SENTENCE)):
         t = summary_table(board, view)
         if extra is not None:
-            t = t.join(extra, on="scheme").astype(object).fillna("—")
+            t = t.join(_formatted(extra), on="scheme").astype(object).fillna("—")
         md += ["\n", sentence, "\n\n", markdown.table(["scheme", "L", *t.columns],
                                                      [[s, L, *row.tolist()] for (s, L), row in t.iterrows()])]
     for task, g in board.groupby("task", sort=True):
@@ -248,23 +258,23 @@ def write_leaderboard_files(df: pd.DataFrame, board: pd.DataFrame, out: Path, ti
 
 
 def perplexity_columns(col: Collected, split: str = "validation") -> pd.DataFrame | None:
-    """Beside the effective lengths: each scheme row's perplexity at the longest length over L (non-overlapping) and
-    its context use there (gain past L: the loss past L minus the loss at [L/2, L), nats per token, the mean over
+    """Beside the effective lengths: each scheme row's perplexity at the longest length over L (non-overlapping)
+    and, where its sliding pass scored the same tokens at both lengths, its context value there (the paired
+    truncation contrast: the loss with the longest length's context minus with L's, nats per token, the mean over
     seeds; negative: the context past L helps), one column each per training length of the language-model runs;
     None without perplexity rows."""
     t = comparison(col, "nonoverlapping", split)
     if t.empty:
         return None
-    lengths = [int(c) for c in t.columns if str(c).isdigit()]
-    d = col.df[(col.df["mode"] == "nonoverlapping") & (col.df["split"] == split)]
-    d = d.assign(row=row_names(d))
+    longest = max(int(c) for c in t.columns if str(c).isdigit())
+    sliding = comparison(col, "sliding", split)
+    context = sliding.attrs.get("numbers", {}) if not sliding.empty else {}
     out: dict[str, dict] = {}
-    for (scheme, L), row in t.iterrows():
-        longest = max(lengths)
-        out.setdefault(scheme, {})[perplexity_column(longest // L, L)] = row["longest/L"]
-        at = d[(d["row"] == scheme) & (d["L_train"] == L) & (d["L_eval"] == longest)]
-        gain = gain_mean(col, at, int(L), longest) if longest > L else math.nan
-        out[scheme][gain_column(L)] = "—" if math.isnan(gain) else round(gain, 3)
+    for (scheme, L), (ratio, _) in t.attrs["numbers"].items():
+        out.setdefault(scheme, {})[perplexity_column(longest // L, L)] = "—" if math.isnan(ratio) else round(ratio, 3)
+        nats = context.get((scheme, L), (math.nan, math.nan))[1]
+        if not math.isnan(nats):
+            out[scheme][context_column(L)] = round(nats, 3)
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("scheme")
 
 
@@ -272,5 +282,5 @@ def perplexity_column(ratio: int, L: int) -> str:
     return f"perplexity {ratio}L/L (L={L})"
 
 
-def gain_column(L: int) -> str:
-    return f"gain past L (L={L})"
+def context_column(L: int) -> str:
+    return f"context value (L={L})"

@@ -1,6 +1,6 @@
 """Perplexity tables: one row per configuration (rows: scheme label; columns: eval length), mean ± std over seeds
-with a 95 % interval, the rows not distinguishable from the best in bold, paired comparisons (``--compare A B``), as
-CSV, markdown and rich."""
+with a 95 % interval, the best in bold where paired tests separate it from every other row, paired comparisons
+(``--compare A B``), as CSV, markdown and rich."""
 
 from __future__ import annotations
 
@@ -46,8 +46,9 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
     seed replicas, '± std' with several seeds, and a 95% interval: over seeds (t) with ≥ 2, else a bootstrap over the
     evaluation windows (column 'interval' says which). 'diverged' or 'nan' where a replica did not give a finite
     number (never averaged in), 'n/a' where the scheme cannot run at that length, '—' where not evaluated.
-    'longest/L' is the ratio of the mean perplexity at the longest length to the one at L; 'seeds' counts replicas.
-    Cells not distinguishable from the best of their length (paired test, :func:`best_marks`) are in ``.attrs``."""
+    'longest/L' is the perplexity at the longest length over the one at L, with its paired interval where both
+    scored the same tokens (:func:`paired_ratio`); 'seeds' counts replicas. The separated best of each length
+    (paired tests, :func:`best_marks`) is in ``.attrs``."""
     col = df if isinstance(df, Collected) else Collected(df)
     d = col.df
     if d.empty:
@@ -57,7 +58,7 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
         return pd.DataFrame()
     lengths = sorted(int(x) for x in d["L_eval"].unique())
     d = d.assign(row=row_names(d))
-    rows, index, stats = [], [], {}
+    rows, index, stats, numbers = [], [], {}, {}
     for name, L in dict.fromkeys(zip(d["row"], d["L_train"])):
         r = d[(d["row"] == name) & (d["L_train"] == L)]
         cells, means, kinds = {}, {}, set()
@@ -72,29 +73,66 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
                 kinds.add(kind)
             stats[(name, int(L), n)] = (mean, c)
         longest = reach(r)
-        base, last = means.get(int(L), float("nan")), means.get(longest, float("nan"))
-        broken = [cells[k] for k in (str(L), str(longest)) if cells.get(k) in ("diverged", "nan")]
         at = "" if longest == lengths[-1] else f" (at {longest})"  # a row not evaluated as long as the table
-        unread = pd.isna(base) or pd.isna(last) or longest <= int(L) < lengths[-1]
-        cells["longest/L"] = (broken[0] if broken else "n/a" if unread
-                              else round(float(last / base), 3) if not at else f"{last / base:.3f}{at}")
-        past = longest > int(L)
-        if mode == "nonoverlapping":
-            cells[GAIN] = _said_at(gain_cell(col, r[r["L_eval"] == longest], int(L), longest) if past else "—", at)
+        cells["longest/L"], ratio = _longest_over_L(col, r, cells, means, int(L), longest, lengths[-1])
+        value, nats = (context_value_cell(col, r[r["L_eval"] == longest], r[r["L_eval"] == int(L)])
+                       if mode == "sliding" and longest > int(L) else ("—", math.nan))
         if mode == "sliding":
-            value = context_value_cell(col, r[r["L_eval"] == longest], r[r["L_eval"] == int(L)]) if past else "—"
             cells[CONTEXT_VALUE] = _said_at(value, at)
+        numbers[(name, int(L))] = (ratio, nats)
         cells["seeds"] = int(r["seed"].nunique())
         cells["interval"] = " / ".join(sorted(kinds)) or "—"
         rows.append(cells)
         index.append((name, int(L)))
     t = pd.DataFrame(rows, index=pd.MultiIndex.from_tuples(index, names=["scheme", "L_train"]), dtype=object)
-    if GAIN in t and (t[GAIN] == "—").all():
-        t = t.drop(columns=GAIN)  # runs evaluated before context use was measured
     if CONTEXT_VALUE in t and (t[CONTEXT_VALUE] == "—").all():
         t = t.drop(columns=CONTEXT_VALUE)  # no pair of lengths scored on the same windows
     t.attrs["best"] = best_marks(col, stats, lengths)
+    t.attrs["numbers"] = numbers  # (row, L) → (longest/L, context value in nats; NaN where the cell has none)
     return t
+
+
+def _longest_over_L(col: Collected, r: pd.DataFrame, cells: dict, means: dict, L: int, longest: int,
+                    table_longest: int) -> tuple[str | float, float]:
+    """The longest/L cell of one table row: the perplexity at the row's longest length over the one at L with its
+    paired 95 % ratio interval where both lengths scored the same tokens (:func:`paired_ratio`; the point is then
+    the exponentiated mean log-ratio over seeds), else the ratio of the mean perplexities alone; and its number."""
+    base, last = means.get(L, float("nan")), means.get(longest, float("nan"))
+    broken = [cells[k] for k in (str(L), str(longest)) if cells.get(k) in ("diverged", "nan")]
+    at = "" if longest == table_longest else f" (at {longest})"
+    if broken:
+        return broken[0], math.nan
+    if pd.isna(base) or pd.isna(last) or longest <= L < table_longest:
+        return "n/a", math.nan
+    c = paired_ratio(col, r[r["L_eval"] == longest], r[r["L_eval"] == L]) if longest > L else None
+    if c is None:
+        ratio = float(last / base)
+        return (round(ratio, 3) if not at else f"{ratio:.3f}{at}"), ratio
+    iv = "" if c.interval is None else f" [{math.exp(c.interval.lo):.3f}, {math.exp(c.interval.hi):.3f}]"
+    return f"{c.ratio:.3f}{iv}{at}", c.ratio
+
+
+def paired_ratio(col: Collected, longest: pd.DataFrame, at_L: pd.DataFrame) -> stats.Contrast | None:
+    """The paired contrast of one row's loss at its longest length against L on the same scored tokens
+    (:func:`stats.truncation_contrast`: t over seeds, or one seed's bootstrap over blocks of ≥ 16K tokens): the
+    sliding pass's windows pair one to one; non-overlapping L windows are summed k at a time into the longest
+    windows that hold them. None where a seed lacks either side or the tokens do not line up."""
+    if (longest["status"] != "ok").any() or (at_L["status"] != "ok").any():
+        return None
+    more, less = _cell_windows(col, longest), _cell_windows(col, at_L)
+    if not more or not less or set(more) != set(less):
+        return None
+    pairs = {}
+    for s in sorted(more):
+        (nll_m, tok_m), (nll_l, tok_l) = more[s], less[s]
+        if len(tok_m) == 0 or len(tok_l) % len(tok_m):
+            return None
+        k = len(tok_l) // len(tok_m)
+        nll_l, grouped = nll_l.reshape(len(tok_m), k).sum(axis=1), tok_l.reshape(len(tok_m), k).sum(axis=1)
+        if not np.array_equal(grouped, tok_m):
+            return None
+        pairs[s] = (nll_m, nll_l, tok_m)
+    return stats.truncation_contrast(pairs)
 
 
 def _said_at(cell: str, at: str) -> str:
@@ -102,29 +140,20 @@ def _said_at(cell: str, at: str) -> str:
     return cell if cell == "—" else cell + at
 
 
-GAIN = "gain past L"  # the column of context use at the longest length (nats per token; negative: helps)
 CONTEXT_VALUE = "context value"  # the sliding pass's paired truncation contrast, longest against L (nats per token)
 
 
-def context_value_cell(col: Collected, longest: pd.DataFrame, at_L: pd.DataFrame) -> str:
+def context_value_cell(col: Collected, longest: pd.DataFrame, at_L: pd.DataFrame) -> tuple[str, float]:
     """``-0.004 [-0.006, -0.002] ×0.996``: the paired truncation contrast of one sliding-table row — the same model's
     loss on the same scored tokens with the longest length's context minus with L's (nats per token, mean over the
     seeds both lengths have; negative: the context past L helps), its 95 % interval (t over seeds; with one seed a
     moving-block bootstrap over blocks of ≥ 16K tokens, none when the tokens are too few for ten) and the paired
     ratio of perplexities; '—' where the two lengths were not scored on the same windows."""
-    if (longest["status"] != "ok").any() or (at_L["status"] != "ok").any():
-        return "—"
-    more, less = _cell_windows(col, longest), _cell_windows(col, at_L)
-    if not more or not less:
-        return "—"
-    common = sorted(set(more) & set(less))
-    pairs = {s: (more[s][0], less[s][0], more[s][1]) for s in common
-             if len(more[s][1]) == len(less[s][1]) and np.array_equal(more[s][1], less[s][1])}
-    if not pairs or len(pairs) < len(set(more) | set(less)):
-        return "—"
-    c = stats.truncation_contrast(pairs)
+    c = paired_ratio(col, longest, at_L)
+    if c is None:
+        return "—", math.nan
     iv = "" if c.interval is None else f" [{c.interval.lo:+.3f}, {c.interval.hi:+.3f}]"
-    return f"{c.value:+.3f}{iv} ×{c.ratio:.3f}"
+    return f"{c.value:+.3f}{iv} ×{c.ratio:.3f}", c.value
 
 
 def context_of(col: Collected, c: pd.DataFrame, start: int, end: int) -> pd.DataFrame:
@@ -165,12 +194,6 @@ def _context_rows(col: Collected, c: pd.DataFrame, start: int, end: int) -> pd.D
     """The context rows of every seed of ``c`` (one length's rows of one table row), None unless each has one."""
     g = context_of(col, c[c["status"] == "ok"], start, end)
     return None if g.empty or len(g) != len(c) or (c["status"] != "ok").any() else g
-
-
-def gain_mean(col: Collected, c: pd.DataFrame, start: int, end: int) -> float:
-    """The number of :func:`gain_cell` (nats per token, the mean over seeds), NaN where it says '—'."""
-    g = _context_rows(col, c, start, end)
-    return math.nan if g is None else float(g["gain"].to_numpy(float).mean())
 
 
 def context_table(col: Collected, split: str = "validation") -> pd.DataFrame:
@@ -252,9 +275,11 @@ BOOTSTRAP = 1000  # resamples per interval: the 2.5/97.5 percentiles move by < 0
 
 
 def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[tuple[str, int, int]]:
-    """Cells (row, L, length) not distinguishable from the best of their table group at that length: the lowest mean,
-    and every row whose paired test against it (same windows, same seeds) is not rejected by Holm's step-down
-    correction over the group's comparisons at 5 % family-wise."""
+    """Cells (row, L, length) that are the separated best of their table group at that length: the lowest mean,
+    marked only when the paired test (same windows, same seeds) against every other row of the group is rejected by
+    Holm's step-down correction at 5 % family-wise. Rows whose paired losses equal the best's exactly (the same
+    model at that length, e.g. an eval-time variant at L) share its mark; a group whose best is not separated from
+    every other row gets no mark."""
     marks: set[tuple[str, int, int]] = set()
     for n in lengths:
         by_group: dict[tuple, list] = {}
@@ -264,15 +289,23 @@ def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[t
                        c["warmup"].iloc[0], c["tokens_scored"].iloc[0])  # rows compete only on the same windows
                 by_group.setdefault(key, []).append((mean, name, L, c))
         for members in by_group.values():
-            members.sort(key=lambda x: x[0])
-            best_mean, best_name, best_L, best_rows = members[0]
-            tests = [(name, L, _paired(col, c, best_rows)) for mean, name, L, c in members[1:]]
-            if any(p is None for _, _, p in tests):
-                continue  # a row without per-window losses cannot be tested: no claim about this group
-            marks.add((best_name, best_L, n))
-            rejected = stats.holm_rejected([p.p_value for _, _, p in tests])
-            marks |= {(name, L, n) for (name, L, _), r in zip(tests, rejected) if not r}
+            marks |= {(name, L, n) for name, L in _separated_best(col, members)}
     return marks
+
+
+def _separated_best(col: Collected, members: list) -> list[tuple[str, int]]:
+    """The rows (name, L) of one group to mark: the best and its identical twins, when a Holm-corrected paired test
+    separates it from every other row; none otherwise, or when a row lacks per-window losses."""
+    members = sorted(members, key=lambda x: x[0])
+    _, best_name, best_L, best_rows = members[0]
+    tests = [(name, L, _paired(col, c, best_rows)) for _, name, L, c in members[1:]]
+    if any(p is None for _, _, p in tests):
+        return []  # a row without per-window losses cannot be tested: no claim about this group
+    same = [(name, L) for name, L, p in tests if p.diff == 0 and p.interval.lo == p.interval.hi == 0]
+    others = [p for name, L, p in tests if (name, L) not in same]
+    if not all(stats.holm_rejected([p.p_value for p in others])):
+        return []
+    return [(best_name, best_L), *same]
 
 
 def _paired(col: Collected, ra: pd.DataFrame, rb: pd.DataFrame) -> stats.Paired | None:
@@ -378,11 +411,11 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
         scored = sorted(int(x) for x in d[d["tokens_scored"] > 0]["tokens_scored"].unique())
         md.append(f"\n## Perplexity on the {split} split, {what} (columns: eval length in tokens; "
                   f"{_fmt(scored) if scored else 0} tokens scored per length)\n\n{_markdown(t)}\n\n{LEGEND}"
-                  f"{GAIN_LEGEND if GAIN in t.columns else _sliding_legend(d) if mode == 'sliding' else ''}"
+                  f"{RATIO_LEGEND}{_sliding_legend(d) if mode == 'sliding' else ''}"
                   f"{CONTEXT_VALUE_LEGEND if CONTEXT_VALUE in t.columns else ''}\n")
     ctx = context_table(col, split)
     if not ctx.empty:
-        md.append(f"\n## Context use past L on the {split} split, at the longest length (nats per token)\n\n"
+        md.append(f"\n## Position gain past L on the {split} split, at the longest length (nats per token)\n\n"
                   f"{_markdown(ctx)}\n\n{CONTEXT_LEGEND}\n")
     paths = []
     if parts:
@@ -396,16 +429,16 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
 
 LEGEND = ("Cells: mean perplexity (± std over seeds) [95% interval: with ≥ 2 seeds a t interval over the seeds' mean "
           "log-losses, exponentiated; with one a moving-block bootstrap over the evaluation windows — column "
-          "`interval`]. **Bold**: the best of its column and every row not distinguishable from it (paired tests "
-          "against the best, Holm-corrected to 5 % family-wise). `diverged`/`nan`: a replica gave no finite number "
-          "(never averaged in); `n/a`: the scheme cannot run at that length; `—`: not evaluated.")
+          "`interval`]. **Bold**: the best of its column, only where paired tests (the same windows and seeds) "
+          "separate it from every other row of the column (Holm-corrected to 5 % family-wise); rows scoring exactly "
+          "as it does (the same model at that length) share the mark; a column without bold has no separated best. "
+          "`diverged`/`nan`: a replica gave no finite number (never averaged in); `n/a`: the scheme cannot run at "
+          "that length; `—`: not evaluated.")
 
 
-GAIN_LEGEND = (" `gain past L`: the mean loss at positions [L, longest) of the longest windows minus the mean loss at "
-               "positions [L/2, L) of the L windows, nats per token [95 % interval: t over seeds, or a moving-block "
-               "bootstrap over blocks of the longest length]: negative = the context past L helps; near 0 = the "
-               "model does not break but does not use it; positive = it breaks. A longest/L below 1 with a gain "
-               "near 0 is the early tokens' high loss diluted in longer windows, not context use.")
+RATIO_LEGEND = (" `longest/L`: the perplexity at the longest length over the one at L [95 % interval of the paired "
+                "ratio where both scored the same tokens: t over seeds, or with one seed a moving-block bootstrap over "
+                "blocks of ≥ 16K tokens, omitted when they make fewer than ten].")
 SLIDING_LEGEND = (" Sliding: the first (longest length) tokens are context only; every length then scores the same "
                   "tokens, each with at least L_eval − S tokens of context, so longest/L compares the lengths "
                   "without the early-token effect.")
@@ -428,8 +461,10 @@ def _sliding_legend(d: pd.DataFrame) -> str:
 
 
 CONTEXT_LEGEND = ("Each column: the mean loss at those positions of the longest windows minus the mean loss at "
-                  "positions [L/2, L) of the L windows (`loss [L/2, L)`), same tokens, nats per token, "
-                  "[95 % interval]; negative = the context past L helps.")
+                  "positions [L/2, L) of the L windows (`loss [L/2, L)`), nats per token [95 % interval]. A position "
+                  "gain, not a calibrated measure of context use: the two sides are other tokens with less context, "
+                  "so position-to-position noise (±0.01–0.03 nats) is as large as a flat scheme's value; the sliding "
+                  "table's `context value` is the paired contrast on the same tokens.")
 
 
 def _fmt(strides) -> str:
@@ -464,7 +499,7 @@ def rich_table(t: pd.DataFrame, title: str, wide: bool = True, styled: bool = Tr
 def _rich_table(t: pd.DataFrame, title: str, wide: bool, styled: bool, scheme_width: int | None) -> Table:
     marker = ("[bold]", "[/bold]") if styled else ("", "*")
     table = Table(title=title, header_style="bold", box=None if not wide else box.HEAVY_HEAD, pad_edge=False,
-                  caption=f"{'bold' if styled else '*'}: not distinguishable from the best (paired, Holm 5%)")
+                  caption=f"{'bold' if styled else '*'}: the best, separated from every other row (paired, Holm 5%)")
     columns = [c for c in t.columns if wide or c != "interval"]
     table.add_column("scheme", no_wrap=scheme_width is None, overflow="fold", max_width=scheme_width)
     table.add_column("L", justify="right")
