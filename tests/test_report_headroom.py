@@ -50,7 +50,7 @@ def test_one_paired_seed_cannot_pass_the_gate_and_unmatched_lengths_give_no_row(
     assert t["L_eval"].tolist() == [128]  # no reference trained at 256
     r = t.iloc[0]
     assert r["seeds"] == 1 and math.isnan(r["fraction"]) and r["gate"] == "failed"
-    assert r["headroom"] == pytest.approx(0.2) and "1 paired seed: no interval" in r["gate_detail"]
+    assert r["headroom"] == pytest.approx(0.2) and "1 paired seed without per-window losses: no interval" in r["gate_detail"]
     assert "| — (reference fails the gate) | 1 |" in markdown_table(t)
 
 
@@ -165,3 +165,37 @@ def test_the_headroom_curve_is_drawn_against_training_tokens_once_a_scheme_has_t
     assert plot_headroom(two, tmp_path / "b.png") == tmp_path / "b.png"
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_headroom(two, tmp_path / "c.png") and (tmp_path / "b.png").read_bytes() == (tmp_path / "c.png").read_bytes()
+
+
+def _one_seed(tokens: int, worse_at_L: float, context_value: float) -> tuple[Collected, Collected]:
+    """One seed of a short model (L = 64) and its reference trained at 256, sliding windows of 16 scored tokens on
+    ``tokens`` tokens, with per-window losses: the reference's loss at 64 is the short model's + ``worse_at_L``, its
+    loss at 256 its own at 64 + ``context_value`` (each window with its own noise)."""
+    from pe_bench.report.files import window_key
+
+    rng = np.random.default_rng(0)
+    n = tokens // 16
+    tok = np.full(n, 16.0)
+    hard = rng.gamma(4.0, 0.5, n)
+    losses = {("alibi", 64, 64): hard, ("alibi", 64, 256): hard + 0.01,
+              ("alibi", 256, 64): hard + worse_at_L + rng.normal(0, 0.05, n)}
+    losses[("alibi", 256, 256)] = losses[("alibi", 256, 64)] + context_value + rng.normal(0, 0.05, n)
+    frames = {L: Collected(pd.DataFrame([rows(scheme, L, {at: [float(loss.mean())]}, budget=tokens,
+                                              tokens_scored=tokens)[0] for (scheme, L_, at), loss in losses.items()
+                                         if L_ == L])) for L in (64, 256)}
+    windows = {window_key(r.run, r): (losses[("alibi", int(r.L_train), int(r.L_eval))] * tok, tok)
+               for c in frames.values() for r in c.df.itertuples()}
+    return Collected(frames[64].df, windows), Collected(frames[256].df, windows)
+
+
+def test_one_seed_passes_or_fails_the_gate_by_a_block_bootstrap_over_its_windows():
+    """One seed has no t interval, but its per-window losses give paired contrasts over blocks of 16K tokens: a
+    reference no worse at L whose context value is clearly negative passes on ten blocks, says so, and fails on one
+    block (no interval); a clearly worse one fails on ten."""
+    r = headroom(*_one_seed(163840, 0.0, -0.05)).iloc[0]
+    assert r["gate"] == "passed" and "(1 seed, block bootstrap over 163,840 tokens)" in r["gate_detail"]
+    assert r["fraction"] == pytest.approx(-0.01 / 0.05, rel=0.2)
+    r = headroom(*_one_seed(16384, 0.0, -0.05)).iloc[0]
+    assert r["gate"] == "failed" and "fewer than ten blocks of 16,384: no interval" in r["gate_detail"]
+    r = headroom(*_one_seed(163840, 0.05, -0.05)).iloc[0]
+    assert r["gate"] == "failed" and r["gate_detail"].startswith("worse at equal short context: at L +0.050")

@@ -29,7 +29,7 @@ import pandas as pd
 
 from pe_bench import markdown, stats
 from pe_bench.report.collect import Collected
-from pe_bench.report.files import write_csv_md
+from pe_bench.report.files import WINDOW_KEY, window_key, write_csv_md
 
 COLUMNS = ["scheme", "base_scheme", "L", "L_eval", "reference", "tokens", "short_at_L", "short", "long", "gained", "headroom", "fraction",
            "lo", "hi", "seeds", "note", "gate", "gate_detail"]
@@ -44,8 +44,9 @@ def _losses(col: Collected) -> pd.DataFrame:
     d = d[(d["mode"] == "sliding") & d.get("as_trained", pd.Series(True, index=d.index)).astype(bool)]
     loss = np.log(pd.to_numeric(d["ppl"], errors="coerce").astype(float))
     cols = ["label", "config", "L_train", "L_eval", "seed", "status", *MATCH]
+    keys = [c for c in ("run", *WINDOW_KEY) if c in d and c not in cols]  # to find the rows' per-window losses
     return d.assign(loss=loss, budget=d["budget"].astype(str), warmup=d["warmup"].astype(str),
-                    stride=d["stride"].astype(str))[[*cols, "loss"]]
+                    stride=d["stride"].astype(str))[[*cols, *keys, "loss"]]
 
 
 def headroom(short: Collected, long: Collected) -> pd.DataFrame:
@@ -67,7 +68,7 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
                         continue
                     at_short = g[(g["config"] == rc) & (g["L_eval"] == L)].merge(
                         pd.DataFrame([key], columns=MATCH), on=MATCH)
-                    passed, why = gate(at_L, at_short, r)
+                    passed, why = gate(at_L, at_short, r, windows=(short.windows, long.windows))
                     if not passed and not math.isnan(row["fraction"]):
                         row.update(fraction=math.nan, lo=math.nan, hi=math.nan)
                     out.append({"scheme": label, "base_scheme": key[MATCH.index("base_scheme")], "L": int(L),
@@ -78,23 +79,60 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
     return pd.DataFrame(out, columns=COLUMNS)
 
 
-def gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: pd.DataFrame) -> tuple[bool, str]:
+def gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: pd.DataFrame,
+         windows: tuple[dict, dict] | None = None) -> tuple[bool, str]:
     """Whether a trained-long reference may bound anything, and the line that says why: (1) with L tokens of context,
     on the same tokens, it is no worse than the short model at L (its loss minus the short model's, paired by seed,
     with a t interval over the seeds: not above 0); (2) its own context value — its loss with n tokens of context
-    minus with L, the same tokens — is negative with an interval excluding 0 (it uses what it was trained on). A
-    reference not evaluated at L, or with one seed (no interval), fails: nothing is known."""
+    minus with L, the same tokens — is negative with an interval excluding 0 (it uses what it was trained on). With
+    one paired seed both contrasts come from the per-window losses (``windows``: the short and the long runs'), with
+    a paired block bootstrap over blocks of ≥ 16K tokens (:func:`stats.truncation_contrast`). A reference not
+    evaluated at L, or without an interval, fails: nothing is known."""
     if ref_at_L.empty:
         return False, "not evaluated at L: evaluate it at L too (eval.lengths=[L, …]) to check the gate"
     a, b, c = (x[x["status"] == "ok"].drop_duplicates("seed").set_index("seed")["loss"]
                for x in (short_at_L, ref_at_L, ref_at_n))
     seeds = sorted(set(a.index) & set(b.index) & set(c.index))
+    if len(seeds) == 1:
+        return _one_seed_gate(short_at_L, ref_at_L, ref_at_n, windows)
     if len(seeds) < 2:
-        return False, f"{len(seeds)} paired seed{'s' * (len(seeds) != 1)}: no interval, the gate cannot be checked"
+        return False, "no paired seed: the gate cannot be checked"
     worse, value = (b[seeds] - a[seeds]).to_numpy(), (c[seeds] - b[seeds]).to_numpy()
     iw, iv = stats.seed_interval(worse), stats.seed_interval(value)
-    said = (f"at L {worse.mean():+.3f} [{iw.lo:+.3f}, {iw.hi:+.3f}] nats against the short model; its context value "
-            f"{value.mean():+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]")
+    return _verdict(worse.mean(), iw, value.mean(), iv, f"{len(seeds)} seeds")
+
+
+def _one_seed_gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: pd.DataFrame,
+                   windows: tuple[dict, dict] | None) -> tuple[bool, str]:
+    """The gate of one paired seed, from the per-window losses of the three sides (the same scored tokens)."""
+    short_w, long_w = windows or ({}, {})
+    sides = [_windows_of(short_w, short_at_L), _windows_of(long_w, ref_at_L), _windows_of(long_w, ref_at_n)]
+    if any(w is None for w in sides):
+        return False, "1 paired seed without per-window losses: no interval, the gate cannot be checked"
+    (nll_a, tok), (nll_b, tok_b), (nll_c, tok_c) = sides
+    if not (np.array_equal(tok, tok_b) and np.array_equal(tok, tok_c)):
+        return False, "1 paired seed scored on other windows at L and L_eval: the gate cannot be checked"
+    worse = stats.truncation_contrast({0: (nll_b, nll_a, tok)})
+    value = stats.truncation_contrast({0: (nll_c, nll_b, tok)})
+    if worse.interval is None or value.interval is None:
+        return False, (f"1 paired seed on {worse.tokens:,} tokens, fewer than ten blocks of "
+                       f"{stats.CONTRAST_BLOCK_TOKENS:,}: no interval, the gate cannot be checked")
+    return _verdict(worse.value, worse.interval, value.value, value.interval,
+                    f"1 seed, block bootstrap over {worse.tokens:,} tokens")
+
+
+def _windows_of(windows: dict, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """The per-window (nll, tokens) of the one ok row of ``rows``, None where it has none."""
+    ok = rows[rows["status"] == "ok"]
+    if len(ok) != 1 or "run" not in ok:
+        return None
+    return windows.get(window_key(ok["run"].iloc[0], ok.iloc[0].to_dict()))
+
+
+def _verdict(worse: float, iw: stats.Interval, value: float, iv: stats.Interval, how: str) -> tuple[bool, str]:
+    """The gate's verdict and its line from the two contrasts (nats per token) and their 95 % intervals."""
+    said = (f"at L {worse:+.3f} [{iw.lo:+.3f}, {iw.hi:+.3f}] nats against the short model; its context value "
+            f"{value:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}] ({how})")
     if iw.lo > 0:
         return False, f"worse at equal short context: {said}"
     if not iv.hi < 0:
