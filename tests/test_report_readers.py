@@ -306,9 +306,9 @@ def test_a_string_setting_in_a_label_is_one_quoted_line_in_markdown_and_csv(tmp_
     assert sorted(labels) == sorted(['nope · data.doc_separator="\\n\\n"', 'nope · data.doc_separator="a|b"',
                                      "nope · data.doc_separator=XYZ"])
     md = (tmp_path / "rep" / "comparison.md").read_text()
-    perplexity, context = md.split("## Context use")
+    perplexity, context = md.split("## Position gain")
     rows = [line for line in perplexity.splitlines() if line.startswith("| nope")]
-    assert len(rows) == 3 and all(line.count(" | ") == 9 for line in rows)  # no cell cut in two
+    assert len(rows) == 3 and all(line.count(" | ") == 8 for line in rows)  # no cell cut in two
     rows = [line for line in context.splitlines() if line.startswith("| nope")]
     assert len(rows) == 3 and all(line.count(" | ") == 7 for line in rows)
     assert '| nope · data.doc_separator="a\\|b" |' in md and '| nope · data.doc_separator="\\\\n\\\\n" |' in md
