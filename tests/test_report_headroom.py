@@ -36,7 +36,8 @@ def test_the_fraction_is_the_gain_past_L_over_the_trained_long_gain_paired_by_se
     assert a["fraction"] == pytest.approx(0.25) and a["lo"] == pytest.approx(0.25) == a["hi"]  # the same in every pair
     assert "nope" not in t.index  # no NoPE reference: another scheme's never stands in
     md = markdown_table(headroom(short, long))
-    assert "| alibi | 64 | 512 | alibi trained at 512 | 2,048,000 | 2.100 | 2.000 | 1.700 | +0.100 | +0.400 | 25 % [25 %, 25 %] | 3 |" in md
+    assert ("| alibi | 64 | 512 | alibi trained at 512 | 2,048,000 | 2.100 | 2.000 | 1.700 | +0.100 | "
+            "+0.400 [+0.400, +0.400] (33.0 %) | 25 % [25 %, 25 %] | 3 |") in md  # 1 − e^−0.4: the perplexity's 33 %
     long = Collected(pd.DataFrame(rows("nope", 512, {512: [1.5, 1.5, 1.5], 64: [1.8, 1.8, 1.8]})))
     n = headroom(short, long).set_index("scheme").loc["nope"]
     assert n["fraction"] == pytest.approx(np.mean([-0.8 / 0.7, -1.0 / 0.7, -1.2 / 0.7]))
@@ -85,7 +86,7 @@ def test_a_reference_no_better_than_the_short_model_at_L_leaves_no_headroom_and_
     long = Collected(pd.DataFrame(rows("nope", 512, {512: [2.3, 1.9], 64: [2.6, 2.2]})))  # worse than 2.0 in seed 0
     r = headroom(short, long).iloc[0]
     assert math.isnan(r["fraction"]) and r["headroom"] == pytest.approx(-0.1)
-    assert "| -0.100 | no headroom | 2 |" in markdown_table(headroom(short, long))
+    assert "| -0.100 [-2.641, +2.441] (-10.5 %) | no headroom | 2 |" in markdown_table(headroom(short, long))
 
 
 SHORT = rows("alibi", 64, {64: [2.0, 2.1, 2.2], 512: [1.9, 2.0, 2.1]})
@@ -195,6 +196,7 @@ def test_one_seed_passes_or_fails_the_gate_by_a_block_bootstrap_over_its_windows
     r = headroom(*_one_seed(163840, 0.0, -0.05)).iloc[0]
     assert r["gate"] == "passed" and "(1 seed, block bootstrap over 163,840 tokens)" in r["gate_detail"]
     assert r["fraction"] == pytest.approx(-0.01 / 0.05, rel=0.2)
+    assert r["headroom_lo"] < 0.05 < r["headroom_hi"] and r["headroom_hi"] - r["headroom_lo"] < 0.02  # one seed
     r = headroom(*_one_seed(16384, 0.0, -0.05)).iloc[0]
     assert r["gate"] == "failed" and "fewer than ten blocks of 16,384: no interval" in r["gate_detail"]
     r = headroom(*_one_seed(163840, 0.05, -0.05)).iloc[0]

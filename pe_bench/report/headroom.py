@@ -32,7 +32,7 @@ from pe_bench.report.collect import Collected
 from pe_bench.report.files import WINDOW_KEY, window_key, write_csv_md
 
 COLUMNS = ["scheme", "base_scheme", "L", "L_eval", "reference", "tokens", "short_at_L", "short", "long", "gained", "headroom", "fraction",
-           "lo", "hi", "seeds", "note", "gate", "gate_detail"]
+           "lo", "hi", "headroom_lo", "headroom_hi", "seeds", "note", "gate", "gate_detail"]
 SETTINGS = ["stride", "warmup", "budget"]  # a sliding pass's settings: rows of other settings are never paired
 MATCH = ["base_scheme", "scheme_id", "setup", "tokens_trained", *SETTINGS]  # what a reference shares with its row
 
@@ -69,6 +69,8 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
                     at_short = g[(g["config"] == rc) & (g["L_eval"] == L)].merge(
                         pd.DataFrame([key], columns=MATCH), on=MATCH)
                     passed, why = gate(at_L, at_short, r, windows=(short.windows, long.windows))
+                    row.update(zip(("headroom_lo", "headroom_hi"),
+                                   _headroom_interval(at_L, r, (short.windows, long.windows))))
                     if not passed and not math.isnan(row["fraction"]):
                         row.update(fraction=math.nan, lo=math.nan, hi=math.nan)
                     out.append({"scheme": label, "base_scheme": key[MATCH.index("base_scheme")], "L": int(L),
@@ -121,6 +123,23 @@ def _one_seed_gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: p
                     f"1 seed, block bootstrap over {worse.tokens:,} tokens")
 
 
+def _headroom_interval(short_at_L: pd.DataFrame, ref_at_n: pd.DataFrame,
+                       windows: tuple[dict, dict]) -> tuple[float, float]:
+    """The 95 % interval of the headroom (short model's loss at L minus the reference's at L_eval, the same scored
+    tokens): t over the paired seeds, or with one seed a paired block bootstrap of the per-window losses over blocks
+    of ≥ 16K tokens; NaNs where there is none."""
+    a, c = (x[x["status"] == "ok"].drop_duplicates("seed").set_index("seed")["loss"] for x in (short_at_L, ref_at_n))
+    seeds = sorted(set(a.index) & set(c.index))
+    if len(seeds) >= 2:
+        iv = stats.seed_interval((a[seeds] - c[seeds]).to_numpy())
+        return iv.lo, iv.hi
+    sides = [_windows_of(windows[0], short_at_L), _windows_of(windows[1], ref_at_n)]
+    if len(seeds) != 1 or any(w is None for w in sides) or not np.array_equal(sides[0][1], sides[1][1]):
+        return math.nan, math.nan
+    c1 = stats.truncation_contrast({0: (sides[0][0], sides[1][0], sides[0][1])})
+    return (math.nan, math.nan) if c1.interval is None else (c1.interval.lo, c1.interval.hi)
+
+
 def _windows_of(windows: dict, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
     """The per-window (nll, tokens) of the one ok row of ``rows``, None where it has none."""
     ok = rows[rows["status"] == "ok"]
@@ -170,7 +189,7 @@ def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dic
 def _blank(seeds: int, note: str) -> dict:
     nan = math.nan
     return {"short_at_L": nan, "short": nan, "long": nan, "gained": nan, "headroom": nan, "fraction": nan, "lo": nan,
-            "hi": nan, "seeds": seeds, "note": note}
+            "hi": nan, "headroom_lo": nan, "headroom_hi": nan, "seeds": seeds, "note": note}
 
 
 def markdown_table(t: pd.DataFrame) -> str:
@@ -190,10 +209,20 @@ def markdown_table(t: pd.DataFrame) -> str:
     def num(x: float, spec: str) -> str:
         return "—" if math.isnan(x) else format(x, spec)
 
+    def room(r) -> str:
+        if math.isnan(r.headroom):
+            return "—"
+        iv = "" if math.isnan(r.headroom_lo) else f" [{r.headroom_lo:+.3f}, {r.headroom_hi:+.3f}]"
+        return f"{r.headroom:+.3f}{iv} ({pct1(1 - math.exp(-r.headroom))})"
+
+    def pct1(x: float) -> str:
+        return f"{100 * x:.1f} %"
+
     rows = [[r.scheme, r.L, r.L_eval, r.reference, f"{r.tokens:,}", num(r.short_at_L, ".3f"), num(r.short, ".3f"), num(r.long, ".3f"),
-             num(r.gained, "+.3f"), num(r.headroom, "+.3f"), fraction(r), r.seeds, r.note] for r in t.itertuples()]
+             num(r.gained, "+.3f"), room(r), fraction(r), r.seeds, r.note] for r in t.itertuples()]
     table = markdown.table(["scheme", "L", "L_eval", "reference", "tokens trained", "loss at L", "loss at L_eval", "reference's loss",
-                            "gained", "headroom", "fraction recovered [95 %]", "seeds", "note"], rows)
+                            "gained", "headroom [95 %] (perplexity)", "fraction recovered [95 %]", "seeds", "note"],
+                           rows)
     gates = t.drop_duplicates(["reference", "L"])
     lines = "".join(f"\n- {r.reference} (against L = {r.L}): {r.gate} — {r.gate_detail}" for r in gates.itertuples())
     return f"{table}\n\nThe gate each reference must pass before it bounds anything:\n{lines}"
@@ -256,12 +285,14 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "tokens, each with at least L_eval − S tokens of context). `gained`: loss at L minus loss at L_eval of the "
           "model trained at L; `headroom`: loss at L minus the loss at L_eval of the same scheme trained at L_eval "
           "with the same model, data and token budget, evaluated with the same sliding settings (the reference: its "
-          "row label says how its recipe differs); fraction recovered = mean gained / mean headroom, seeds paired by "
+          "row label says how its recipe differs), [95 % interval: t over the paired seeds, or with one seed a paired "
+          "block bootstrap over blocks of ≥ 16K tokens] (the reference's perplexity at L_eval that much below the "
+          "short model's at L); fraction recovered = mean gained / mean headroom, seeds paired by "
           "seed number, [95 % Fieller interval over the pairs; `unbounded` where the headroom's own interval holds "
           "0]: 100 % = as good as "
           "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
           "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover. A "
           "reference bounds a row only if it passes the gate listed below the table: at L tokens of context it is no "
           "worse than the short model (paired by seed, t interval), and its own context value (loss with L_eval "
-          "tokens of context minus with L, same tokens) is below 0 with an interval excluding 0; a reference that "
-          "fails is listed with its numbers and no fraction.")
+          "tokens of context minus with L, same tokens) is below 0 with an interval excluding 0 (one seed: the paired "
+          "block bootstrap); a reference that fails is listed with its numbers and no fraction.")
