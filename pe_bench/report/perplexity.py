@@ -74,9 +74,9 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
             stats[(name, int(L), n)] = (mean, c)
         longest = reach(r)
         at = "" if longest == lengths[-1] else f" (at {longest})"  # a row not evaluated as long as the table
-        cells["longest/L"], ratio = _longest_over_L(col, r, cells, means, int(L), longest, lengths[-1])
-        value, nats = (context_value_cell(col, r[r["L_eval"] == longest], r[r["L_eval"] == int(L)])
-                       if mode == "sliding" and longest > int(L) else ("—", math.nan))
+        paired = paired_ratio(col, r[r["L_eval"] == longest], r[r["L_eval"] == int(L)]) if longest > int(L) else None
+        cells["longest/L"], ratio = _longest_over_L(paired, cells, means, int(L), longest, lengths[-1])
+        value, nats = context_value_cell(paired) if mode == "sliding" and longest > int(L) else ("—", math.nan)
         if mode == "sliding":
             cells[CONTEXT_VALUE] = _said_at(value, at)
         numbers[(name, int(L))] = (ratio, nats)
@@ -92,10 +92,10 @@ def comparison(df: pd.DataFrame | Collected, mode: str, split: str = "validation
     return t
 
 
-def _longest_over_L(col: Collected, r: pd.DataFrame, cells: dict, means: dict, L: int, longest: int,
+def _longest_over_L(c: stats.Contrast | None, cells: dict, means: dict, L: int, longest: int,
                     table_longest: int) -> tuple[str | float, float]:
     """The longest/L cell of one table row: the perplexity at the row's longest length over the one at L with its
-    paired 95 % ratio interval where both lengths scored the same tokens (:func:`paired_ratio`; the point is then
+    paired 95 % ratio interval where both lengths scored the same tokens (``c``, :func:`paired_ratio`; the point is
     the exponentiated mean log-ratio over seeds), else the ratio of the mean perplexities alone; and its number."""
     base, last = means.get(L, float("nan")), means.get(longest, float("nan"))
     broken = [cells[k] for k in (str(L), str(longest)) if cells.get(k) in ("diverged", "nan")]
@@ -104,7 +104,6 @@ def _longest_over_L(col: Collected, r: pd.DataFrame, cells: dict, means: dict, L
         return broken[0], math.nan
     if pd.isna(base) or pd.isna(last) or longest <= L < table_longest:
         return "n/a", math.nan
-    c = paired_ratio(col, r[r["L_eval"] == longest], r[r["L_eval"] == L]) if longest > L else None
     if c is None:
         ratio = float(last / base)
         return (round(ratio, 3) if not at else f"{ratio:.3f}{at}"), ratio
@@ -143,13 +142,13 @@ def _said_at(cell: str, at: str) -> str:
 CONTEXT_VALUE = "context value"  # the sliding pass's paired truncation contrast, longest against L (nats per token)
 
 
-def context_value_cell(col: Collected, longest: pd.DataFrame, at_L: pd.DataFrame) -> tuple[str, float]:
+def context_value_cell(c: stats.Contrast | None) -> tuple[str, float]:
     """``-0.004 [-0.006, -0.002] ×0.996``: the paired truncation contrast of one sliding-table row — the same model's
     loss on the same scored tokens with the longest length's context minus with L's (nats per token, mean over the
     seeds both lengths have; negative: the context past L helps), its 95 % interval (t over seeds; with one seed a
     moving-block bootstrap over blocks of ≥ 16K tokens, none when the tokens are too few for ten) and the paired
-    ratio of perplexities; '—' where the two lengths were not scored on the same windows."""
-    c = paired_ratio(col, longest, at_L)
+    ratio of perplexities, from the row's :func:`paired_ratio` ``c``; '—' where the two lengths were not scored on
+    the same windows (``c`` None)."""
     if c is None:
         return "—", math.nan
     iv = "" if c.interval is None else f" [{c.interval.lo:+.3f}, {c.interval.hi:+.3f}]"
