@@ -243,6 +243,11 @@ def test_comparison_md_bolds_the_best_row_only_where_a_paired_test_separates_it_
     write_tables(_compared_rows(0.05, more=(("A+twin", None),)), tmp_path / "twin", "t")
     rows = table_rows((tmp_path / "twin" / "comparison.md").read_text())
     assert "| **" in rows["A"] and "| **" in rows["A+twin"] and "**" not in rows["B"]  # the same losses share it
+    alone = _compared_rows(0.05)
+    alone = type(alone)(alone.df[alone.df["scheme"] == "A"].reset_index(drop=True), alone.windows)
+    write_tables(alone, tmp_path / "alone", "t")
+    rows = table_rows((tmp_path / "alone" / "comparison.md").read_text())
+    assert set(rows) == {"A"} and "**" not in rows["A"]  # nothing to be separated from: no mark
 
 
 def test_a_group_with_a_row_without_per_window_losses_gets_no_bold_marks(tmp_path):

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from pe_bench.cli import app
 from pe_bench.distributed import clear_stop, request_stop
 from pe_bench.markdown import label_value, table
-from pe_bench.report import collect_all, comparison, read_windows
+from pe_bench.report import collect_all, collect_positions, comparison, read_windows
 from pe_bench.runs import Run, RunFileError, RunMeta
 
 runner = CliRunner()
@@ -84,6 +84,20 @@ def test_a_nan_variant_costs_only_its_own_rows(results):
     assert after.left_out == []
     assert cell(after, "rope", 32) == cell(before, "rope", 32) and "[" in cell(after, "rope", 32)
     assert cell(after, "rope+yarn×8[attention_factor=1e+30]", 32) == "nan"
+
+
+def test_a_nan_variant_costs_only_its_own_loss_by_position_lines(results):
+    """A variant whose losses are nan leaves its own curve empty; the run's other curves stay in the plot's rows."""
+    rope = run_named(results, "rope")
+    r = invoke("eval", rope, "scheme.scaling.type=yarn", "scheme.scaling.factor=8",
+               "scheme.scaling.attention_factor=1e30", "eval.variants=false")
+    assert r.exit_code == 0, r.output
+    left: list[str] = []
+    pos = collect_positions([Run(rope)], left)
+    assert left == []
+    variant = pos[pos["scheme"] == "rope+yarn×8[attention_factor=1e+30]"]
+    assert len(variant) and variant["loss"].isna().all()
+    assert len(pos[pos["scheme"] == "rope"]) and pos[pos["scheme"] == "rope"]["loss"].notna().all()
 
 
 def test_an_unparseable_windows_file_leaves_its_run_out_in_one_line(results):
@@ -192,7 +206,6 @@ def test_of_two_spans_at_as_many_lengths_the_longer_keeps_the_label_and_only_tha
 def test_loss_by_position_draws_every_row_at_its_own_longest_length(results):
     pytest.importorskip("matplotlib")
     from pe_bench.plots import positions_figure
-    from pe_bench.report import collect_positions
 
     alibi, rope = run_named(results, "alibi"), run_named(results, "rope")
     assert invoke("eval", alibi, "eval.lengths=[32,512]", "eval.variants=false").exit_code == 0

@@ -283,7 +283,7 @@ def read_positions(run: Run) -> pd.DataFrame:
     try:
         for c in POSITION_NUMERIC:
             d[c] = pd.to_numeric(d[c])
-        d["loss"] = pd.to_numeric(d["loss"].where(~d["loss"].str.lower().isin(NOT_A_NUMBER), "nan"))
+        d["loss"] = pd.to_numeric(d["loss"].where(~d["loss"].str.lower().isin(NOT_A_NUMBER), float("nan")))
     except ValueError:
         raise RunFileError(f"{run.positions_csv} holds a value that is not a number") from None
     return d

@@ -294,7 +294,8 @@ def best_marks(col: Collected, stats_by_cell: dict, lengths: list[int]) -> set[t
 
 def _separated_best(col: Collected, members: list) -> list[tuple[str, int]]:
     """The rows (name, L) of one group to mark: the best and its identical twins, when a Holm-corrected paired test
-    separates it from every other row; none otherwise, or when a row lacks per-window losses."""
+    separates it from every other row; none otherwise, when there is no other row to separate it from, or when a
+    row lacks per-window losses."""
     members = sorted(members, key=lambda x: x[0])
     _, best_name, best_L, best_rows = members[0]
     tests = [(name, L, _paired(col, c, best_rows)) for _, name, L, c in members[1:]]
@@ -302,7 +303,7 @@ def _separated_best(col: Collected, members: list) -> list[tuple[str, int]]:
         return []  # a row without per-window losses cannot be tested: no claim about this group
     same = [(name, L) for name, L, p in tests if p.diff == 0 and p.interval.lo == p.interval.hi == 0]
     others = [p for name, L, p in tests if (name, L) not in same]
-    if not all(stats.holm_rejected([p.p_value for p in others])):
+    if not others or not all(stats.holm_rejected([p.p_value for p in others])):
         return []
     return [(best_name, best_L), *same]
 
