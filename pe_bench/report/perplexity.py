@@ -498,8 +498,10 @@ def rich_table(t: pd.DataFrame, title: str, wide: bool = True, styled: bool = Tr
 
 def _rich_table(t: pd.DataFrame, title: str, wide: bool, styled: bool, scheme_width: int | None) -> Table:
     marker = ("[bold]", "[/bold]") if styled else ("", "*")
+    marked = bool(t.attrs.get("best"))
     table = Table(title=title, header_style="bold", box=None if not wide else box.HEAVY_HEAD, pad_edge=False,
-                  caption=f"{'bold' if styled else '*'}: the best, separated from every other row (paired, Holm 5%)")
+                  caption=f"{'bold' if styled else '*'}: the best, separated from every other row (paired, Holm 5%)"
+                  if marked else None)
     columns = [c for c in t.columns if wide or c != "interval"]
     table.add_column("scheme", no_wrap=scheme_width is None, overflow="fold", max_width=scheme_width)
     table.add_column("L", justify="right")
