@@ -89,7 +89,8 @@ def report_tasks(acc, runs: int, out: Path, plots: bool, title: str | None = Non
                           "out, above)")
     print_accuracy_tables(acc)
     _print_leaderboard(acc.df)
-    title = title or f"pe-bench report: {runs - len(acc.left_out)} task runs"
+    kept = runs - len(acc.left_out)
+    title = title or f"pe-bench report: {kept} task run{'s' * (kept != 1)}"
     try:
         written = accuracy_files(acc, out, title, plots, beside)
     except ImportError:

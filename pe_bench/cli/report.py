@@ -63,6 +63,11 @@ def report(ctx: typer.Context,
         _report(ctx, got, reported, split, plots, wide, filters, mode)
 
 
+def _title(runs: int) -> str:
+    """A report's title: how many runs it holds."""
+    return f"pe-bench report: {runs} run{'s' * (runs != 1)}"
+
+
 def _rows(got, filters: dict[str, list | None], mode: list[str] | None, plots: bool = False):
     """(the language-model rows, their loss-by-position rows, the modes) that the filters keep; every run left out
     is named (and, with ``plots``, every curve left out of the plots). No rows left → ConfigError."""
@@ -86,14 +91,14 @@ def _report(ctx, got, reported: Reported, split: str, plots: bool, wide: bool, f
     if got.runs["accuracy"]:
         reported += _report_tasks(got, reported.stage, plots, split)
         if not got.runs["perplexity"]:
-            write_pages(reported.stage, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
+            write_pages(reported.stage, _title(len(reported.meta)), command_line(ctx), reported)
             return
     runs = got.runs["perplexity"]
     col, pos, modes = _rows(got, filters, mode, plots)
     print_tables(col, split, wide)
-    reported += write_report(col, pos, reported.stage, f"pe-bench report: {len(runs) - len(col.left_out)} runs", split,
+    reported += write_report(col, pos, reported.stage, _title(len(runs) - len(col.left_out)), split,
                              modes, plots)
-    write_pages(reported.stage, f"pe-bench report: {len(reported.meta)} runs", command_line(ctx), reported)
+    write_pages(reported.stage, _title(len(reported.meta)), command_line(ctx), reported)
     if col.left_out:
         warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
                   f"{len(runs) - len(col.left_out)}")
