@@ -76,16 +76,18 @@ def _shade(colour: str, t: float) -> str:
     return "#" + "".join(f"{round(c + (target - c) * abs(t)):02x}" for c in rgb)
 
 
-def style_for(name: str) -> dict[str, Any]:
-    """The style of a row, a pure function of its name (the same in every plot and every process): colour,
-    linestyle, marker and markerfacecolor, to pass to ``Axes.plot``.
+def style_for(name: str, variant: bool | None = None) -> dict[str, Any]:
+    """The style of a row, a pure function of its name and of whether it is an eval-time variant (the same in every
+    plot and every process): colour, linestyle, marker and markerfacecolor, to pass to ``Axes.plot``.
 
     The base scheme (:func:`base_name`) picks the colour and marker: from :data:`SCHEMES` for the registered ones,
     else from a digest of its name over colours no registered scheme has. The scheme itself is solid with filled
-    markers; a registered eval-time variant has its fixed shade and broken line (:data:`VARIANTS`); any other name
-    (another configuration, step or setting) a shade and broken line chosen by a digest of the whole name among
-    those its family's registered rows do not use, with hollow markers. Two rows of different schemes never share a
-    style; two unregistered variants of one scheme can (about 1 in 25)."""
+    markers, and so is another configuration of it as trained (an option, a setting, a step: ``variant`` False), in
+    a shade chosen by a digest of the whole name. An eval-time variant has a broken line and hollow markers: a
+    registered one its fixed shade and line (:data:`VARIANTS`), any other a shade and line chosen by a digest of the
+    whole name among those its family's registered rows do not use. ``variant`` None: every name other than its
+    base scheme's is taken for a variant (what a row name alone can say). Two rows of different schemes never share
+    a style; two unregistered rows of one scheme can (about 1 in 25, 1 in 5 between trained configurations)."""
     base = base_name(name)
     if base in SCHEMES:
         colour, marker, _ = SCHEMES[base]
@@ -94,6 +96,9 @@ def style_for(name: str) -> dict[str, Any]:
         colour, marker = EXTRA_COLOURS[h % len(EXTRA_COLOURS)], EXTRA_MARKERS[(h // 8) % len(EXTRA_MARKERS)]
     if name == base:
         return {"color": colour, "linestyle": SOLID, "marker": marker, "markerfacecolor": colour}
+    if variant is False:
+        shade = _shade(colour, SHADES[_digest(name) % len(SHADES)])
+        return {"color": shade, "linestyle": SOLID, "marker": marker, "markerfacecolor": shade}
     if name in VARIANTS:
         shade, ls = VARIANTS[name]
     else:
@@ -217,8 +222,16 @@ def _mark_L(ax, L: int) -> None:
     ax.axvline(L, label=f"L = {L} (training length)", **L_LINE)
 
 
-def _draw(ax, name: str, x, y, band=None, label: str | None = None) -> None:
-    st = style_for(name)
+def eval_time(d: pd.DataFrame, names: str) -> set[str]:
+    """The names (column ``names`` of ``d``) of the rows that are eval-time variants: where the report says which
+    rows are the model as trained (``as_trained``), those that are not; else every name other than its scheme's."""
+    if "as_trained" in d:
+        return set(d.loc[~d["as_trained"].astype(bool), names])
+    return {n for n in d[names] if n != base_name(n)}
+
+
+def _draw(ax, name: str, x, y, band=None, label: str | None = None, variant: bool | None = None) -> None:
+    st = style_for(name, variant)
     ax.plot(x, y, label=label or name, color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
             markerfacecolor=st["markerfacecolor"], markeredgecolor=st["color"], markeredgewidth=1.1,
             markersize=MARKERSIZE, linewidth=LINEWIDTH, zorder=2 if st["linestyle"] == SOLID else 1.8)
@@ -251,11 +264,15 @@ def _seeds(d: pd.DataFrame, key: str, band: bool = True) -> str:
     return f"mean over {what} seeds per row" + (" (band: ± 1 std)" if band else "")
 
 
-def _key(names: list[str]) -> str:
-    """The line under the title that says what the line styles mean (when some row is a variant)."""
-    if all(style_for(n)["linestyle"] == SOLID for n in names):
-        return ""
-    return "\nsolid line, filled marker: a scheme as trained; broken line, hollow marker: a variant of it (same colour)"
+def _key(names: list[str], variants: set[str]) -> str:
+    """The line under the title that says what the line styles mean (when some row is an eval-time variant, or
+    another trained configuration of a scheme drawn in a shade of its colour)."""
+    shaded = any(n != base_name(n) and n not in variants for n in names)
+    if not any(n in variants for n in names):
+        return "\nsolid lines: the schemes as trained; a shade of a scheme's colour: another configuration of it" \
+            if shaded else ""
+    return ("\nsolid line, filled marker: a scheme as trained" + (" (a shade: another configuration)" if shaded else "")
+            + "; broken line, hollow marker: a variant of it (same colour)")
 
 
 def lengths_figure(df: pd.DataFrame, mode: str = "nonoverlapping", split: str = "validation", title: str = ""):
@@ -273,7 +290,7 @@ def lengths_figure(df: pd.DataFrame, mode: str = "nonoverlapping", split: str = 
            .reset_index())
     std = per["std"].where(per["count"] > 1, 0.0).fillna(0.0)
     per["lo"], per["hi"] = per["mean"] - std, per["mean"] + std
-    cols, groups = _columns(d), panels(list(d["row"]))
+    cols, groups, variants = _columns(d), panels(list(d["row"])), eval_time(d, "row")
     fig, axes = _figure(len(groups), len(cols))
     per["lo"] = per["lo"].clip(lower=per["mean"] * 0.8)  # a wide band never squeezes the lines against the axis
     for j, col in enumerate(cols):
@@ -288,7 +305,7 @@ def lengths_figure(df: pd.DataFrame, mode: str = "nonoverlapping", split: str = 
                 g = c[c["row"] == name].sort_values("L_eval")
                 if not g.empty:
                     _draw(ax, name, g["L_eval"].to_numpy(float), g["mean"].to_numpy(float),
-                          (g["lo"].to_numpy(float), g["hi"].to_numpy(float)))
+                          (g["lo"].to_numpy(float), g["hi"].to_numpy(float)), variant=name in variants)
             _mark_L(ax, col[2])
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -309,7 +326,7 @@ def lengths_figure(df: pd.DataFrame, mode: str = "nonoverlapping", split: str = 
     _legends(axes)
     setting = " · ".join(_setting(cols) + [f"{split} split"])
     head = f"{title}: perplexity vs evaluation length" if title else "Perplexity vs evaluation length"
-    fig.suptitle(f"{head}\n{setting}\n{_protocol(d, mode)} · {_seeds(d, 'row')}{_key(list(d['row']))}",
+    fig.suptitle(f"{head}\n{setting}\n{_protocol(d, mode)} · {_seeds(d, 'row')}{_key(list(d['row']), variants)}",
                  fontsize=10.5)
     return fig
 
@@ -333,7 +350,8 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
 
     d = pos[pos["split"] == split] if not pos.empty else pos
     if df is not None and not d.empty and "label" in df:
-        labels = df[["run", "scheme", "label"]].drop_duplicates(["run", "scheme"])
+        labels = df[["run", "scheme", "label", *(["as_trained"] if "as_trained" in df else [])]]
+        labels = labels.drop_duplicates(["run", "scheme"])
         d = (d.merge(labels, on=["run", "scheme"], how="inner").drop(columns="scheme")
              .rename(columns={"label": "scheme"}))
     if d.empty:
@@ -347,6 +365,7 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
     order = list(dict.fromkeys(df["label"])) if df is not None and "label" in df else []
     names = sorted(dict.fromkeys(d["scheme"]), key=lambda n: order.index(n) if n in order else len(order))
     groups = panels(names)  # in the report's row order, as in the other plots
+    variants = eval_time(d, "scheme")
     fig, axes = _figure(len(groups), len(cols))
     for j, col in enumerate(cols):
         c = d[(d["data"] == col[0]) & (d["model"] == col[1]) & (d["L_train"] == col[2])]
@@ -357,7 +376,7 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
         for i, (panel_title, members) in enumerate(groups):
             ax = axes[i][j]
             for name in members:
-                _draw_positions(ax, name, c[c["scheme"] == name], n)
+                _draw_positions(ax, name, c[c["scheme"] == name], n, name in variants)
             _mark_L(ax, L)
             ax.xaxis.set_major_locator(mt.FixedLocator(list(range(0, n + 1, step))))
             ax.xaxis.set_major_formatter(mt.FuncFormatter(_number))
@@ -378,11 +397,11 @@ def positions_figure(pos: pd.DataFrame, split: str = "validation", df: pd.DataFr
     buckets = sorted({int(x) for x in (d["pos_end"] - d["pos_start"])})
     fig.suptitle(f"{head}\n{setting}\nnon-overlapping {windows}-token windows (each row at its longest evaluated length), loss "
                  f"averaged over {'/'.join(map(str, buckets))}-token buckets · {_seeds(d, 'scheme', band=False)}"
-                 f"{_key(names)}", fontsize=10.5)
+                 f"{_key(names, variants)}", fontsize=10.5)
     return fig
 
 
-def _draw_positions(ax, name: str, g: pd.DataFrame, n: int) -> None:
+def _draw_positions(ax, name: str, g: pd.DataFrame, n: int, variant: bool | None = None) -> None:
     """One row's mean loss by position (token-weighted over seeds), labelled with its length when it is not ``n``."""
     if g.empty:
         return
@@ -391,7 +410,7 @@ def _draw_positions(ax, name: str, g: pd.DataFrame, n: int) -> None:
          [["nll", "tokens", "bad"]].sum().reset_index())
     mean = (g["nll"] / g["tokens"]).where(g["bad"] == 0)  # a seed without a number leaves a gap, never a partial mean
     _draw(ax, name, ((g["pos_start"] + g["pos_end"]) / 2).to_numpy(float), mean.to_numpy(float),
-          label=name if at == n else f"{name} (at {at})")
+          label=name if at == n else f"{name} (at {at})", variant=variant)
 
 
 def plot_positions(pos: pd.DataFrame, path: Path, split: str = "validation", df: pd.DataFrame | None = None,
@@ -427,13 +446,12 @@ ACCURACY_COLUMNS = 4  # panels a row of the accuracy figures
 def accuracy_figure(df: pd.DataFrame, title: str = "", labels: list[str] | None = None):
     """One panel per (task, L): exact match (%, mean over seeds, depths pooled) vs eval length on a log2 axis with
     its 95 % band (Wilson over examples with one seed, t over seeds with several), one line per row of ``labels``
-    (None: the rows as trained, without their variants); cells without a number (n/a, diverged) are gaps. One
-    legend for the whole figure, below the panels."""
+    (None: the rows as trained, every trained configuration of a scheme included, without their eval-time
+    variants); cells without a number (n/a, diverged) are gaps. One legend for the whole figure, below the panels."""
     from pe_bench.report.accuracy import cells
 
-    names = sorted(set(df["label"])) if labels is None else labels
-    if labels is None:
-        names = [n for n in names if n == base_name(n)]
+    variants = eval_time(df, "label")
+    names = sorted(set(df["label"]) - variants) if labels is None else labels
     d = df[df["label"].isin(names)]
     panels_ = [(t, int(L)) for t in sorted(d["task"].unique()) for L in sorted(d[d["task"] == t]["L_train"].unique())]
     if not panels_:
@@ -445,7 +463,8 @@ def accuracy_figure(df: pd.DataFrame, title: str = "", labels: list[str] | None 
         for name in [n for n in names if n in set(c["label"])]:
             g = c[(c["label"] == name) & (c["status"] == "ok")].sort_values("L_eval")
             x = g["L_eval"].to_numpy()
-            _draw(ax, name, x, 100 * g["mean"].to_numpy(), (100 * g["lo"].to_numpy(), 100 * g["hi"].to_numpy()))
+            _draw(ax, name, x, 100 * g["mean"].to_numpy(), (100 * g["lo"].to_numpy(), 100 * g["hi"].to_numpy()),
+                  variant=name in variants)
         _mark_L(ax, L)
         ax.set_xscale("log", base=2)
         lengths = sorted(c["L_eval"].unique())
@@ -462,7 +481,7 @@ def accuracy_figure(df: pd.DataFrame, title: str = "", labels: list[str] | None 
         ax.set_xlabel("evaluation length (tokens)", fontsize=8)
     _figure_legend(fig, axes)
     head = f"{title}: exact match vs evaluation length" if title else "exact match vs evaluation length"
-    fig.suptitle("\n".join(x for x in (head, _key(names).strip(), "bands: 95 % interval") if x), fontsize=10)
+    fig.suptitle("\n".join(x for x in (head, _key(names, variants).strip(), "bands: 95 % interval") if x), fontsize=10)
     return fig
 
 
@@ -491,13 +510,14 @@ def _figure_legend(fig, axes) -> None:
 
 
 def variant_families(df: pd.DataFrame) -> dict[str, list[str]]:
-    """Base scheme → its rows (the scheme first, then its variants) for every base scheme that has variants."""
-    names = sorted(set(df["label"]))
+    """Base scheme → its rows (its configurations as trained first, then its eval-time variants) for every base
+    scheme that has eval-time variants."""
+    names, variants = sorted(set(df["label"])), eval_time(df, "label")
     out = {}
     for base in sorted({base_name(n) for n in names}):
         mine = [n for n in names if base_name(n) == base]
-        if any(n != base for n in mine):
-            out[base] = sorted(mine, key=lambda n: (n != base, n))
+        if any(n in variants for n in mine):
+            out[base] = sorted(mine, key=lambda n: (n in variants, n != base, n))
     return out
 
 

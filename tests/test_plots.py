@@ -102,6 +102,24 @@ def test_variants_keep_their_scheme_colour_family_and_never_take_another_style()
     assert len({r[0] for r in rope}) == len(rope) and len({r[1] for r in rope}) == len(rope)  # shade and dashes
 
 
+def test_a_scheme_trained_with_an_option_is_a_solid_line_and_only_an_eval_time_variant_is_broken():
+    """tilt trained with slope=0.5 is a model as trained (as_trained), not a variant of tilt: a solid line with
+    filled markers in a shade of tilt's colour, and the legend under the title says so; rope+yarn×8 (evaluated
+    from rope's checkpoint) stays a broken line with hollow markers."""
+    d = rows(["tilt", "tilt[slope=0.5]", "rope", "rope+yarn×8"])
+    d["as_trained"] = d["scheme"] != "rope+yarn×8"
+    fig = lengths_figure(d)
+    lines = series(fig)
+    assert lines["tilt[slope=0.5]"].get_linestyle() == "-"
+    assert lines["tilt[slope=0.5]"].get_markerfacecolor() != "none"
+    assert to_hex(lines["tilt[slope=0.5]"].get_color()) != to_hex(lines["tilt"].get_color())
+    assert drawn(lines["rope+yarn×8"]) == expected("rope+yarn×8")  # a registered variant: its fixed broken style
+    title = fig._suptitle.get_text()
+    assert "(a shade: another configuration)" in title and "broken line, hollow marker: a variant of it" in title
+    only_trained = lengths_figure(d[d["scheme"].str.startswith("tilt")])._suptitle.get_text()
+    assert "another configuration of it" in only_trained and "broken" not in only_trained
+
+
 @pytest.mark.parametrize("make", ["lengths", "positions"])
 def test_training_length_is_marked_in_a_style_no_row_uses(make):
     names = ["alibi", "rope", "rope+yarn×8", "nope", "sinusoidal"]

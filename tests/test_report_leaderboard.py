@@ -204,6 +204,30 @@ def test_the_task_figures_draw_the_schemes_as_trained_and_each_schemes_variants_
     assert [p.name for p in written] == ["accuracy_vs_length.png", "accuracy_vs_length_rope.png"]
 
 
+def test_a_trained_configuration_of_a_scheme_is_drawn_as_trained_never_as_a_variant_of_it(tmp_path):
+    """layered trained with window=16 and stickbreaking with and without its remainder are models as trained: they
+    are in accuracy_vs_length.png (solid lines, a shade of the scheme's colour) and get no "variants" figure; only
+    rope's eval-time variant (as_trained False) is drawn broken, in rope's own figure."""
+    from pe_bench.plots import accuracy_figure, plot_accuracy, style_for, variant_families
+
+    df = frame(rows("layered[window=16]", [396, 10, 0, 0]), rows("stickbreaking", [396, 300, 100, 0]),
+               rows("stickbreaking[remainder=False]", [396, 200, 50, 0]), rows("rope", [396, 100, 0, 0]),
+               rows("rope+yarn×8", [396, 300, 200, 100]))
+    df["as_trained"] = df["label"] != "rope+yarn×8"
+    assert variant_families(df) == {"rope": ["rope", "rope+yarn×8"]}
+    fig = accuracy_figure(df)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["layered[window=16]", "rope", "stickbreaking", "stickbreaking[remainder=False]",
+                      "L = 32 (training length)"]
+    lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
+    assert all(lines[n].get_linestyle() == "-" and lines[n].get_markerfacecolor() != "none"
+               for n in ("layered[window=16]", "stickbreaking[remainder=False]"))
+    assert style_for("stickbreaking[remainder=False]", variant=False)["color"] != style_for("stickbreaking")["color"]
+    assert "another configuration" in fig._suptitle.get_text() and "broken line" not in fig._suptitle.get_text()
+    written = plot_accuracy(df, tmp_path / "accuracy_vs_length.png")
+    assert [p.name for p in written] == ["accuracy_vs_length.png", "accuracy_vs_length_rope.png"]
+
+
 def test_the_perplexity_beside_the_leaderboard_is_the_committed_one_for_every_seed_of_a_scheme():
     """results/leaderboard's last column for ALiBi and NoPE from their committed language-model runs alone (all
     seeds): the perplexity at 8L over L, paired over the seeds (non-overlapping: the same tokens at both lengths),

@@ -343,6 +343,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         d["config"] = config_id
         d["chance"] = _chance(cfg, d)
         d["baseline"] = _baseline(cfg, d)
+        d["as_trained"] = d["scheme"] == build_scheme(cfg, scheme_spec(cfg.scheme)).label()  # not an eval-time variant
         frames.append(d)
     if not frames:
         return Accuracy(pd.DataFrame(), left, metas)
