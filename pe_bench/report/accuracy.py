@@ -143,7 +143,8 @@ def write_accuracy_files(acc: Accuracy, out: Path, title: str) -> tuple[pd.DataF
     row and length, depths pooled: what the seeds' spread is read from) under ``out``; returns the sorted rows and
     the files written."""
     df = acc.df.sort_values(["task", "L_train", "scheme", "seed", "L_eval", "depth"], kind="stable")
-    atomic_write_text(out / "accuracy_long.csv", df.drop(columns=["outcomes", "as_trained"], errors="ignore").to_csv(index=False))
+    long = df.drop(columns=["outcomes", "as_trained"], errors="ignore")  # outcomes stay in the runs
+    atomic_write_text(out / "accuracy_long.csv", long.to_csv(index=False))
     parts, md = [], [f"# {markdown.inline(title)}\n"]
     for task in sorted(df["task"].unique()):
         d = df[df["task"] == task]

@@ -215,7 +215,7 @@ def _read_runs(runs: list[Run]) -> _Read:
         d["setup"] = digest({k: v for k, v in ident.items() if k in ("model", "data", "task")})
         d["scheme_id"] = digest(ident["scheme"])
         d["tokens_trained"] = cfg.train.steps * cfg.train.batch_size * cfg.train.grad_accum * cfg.train.seq_len
-        d["as_trained"] = d["scheme"] == build_scheme(cfg, scheme_spec(cfg.scheme)).label()
+        d["as_trained"] = _as_trained(cfg, d["scheme"])
         # fine-tuning: the parent's configuration, the budget, the method (scheme label + PoSE, fine-tune length)
         d["ft_parent"] = cfg.finetune.parent_config or ""
         d["ft_steps"] = cfg.train.steps if cfg.finetune.from_run else 0
@@ -331,6 +331,11 @@ def collect(runs: list[Run]) -> pd.DataFrame:
     return collect_all(runs).df
 
 
+def _as_trained(cfg: Config, labels: pd.Series) -> pd.Series:
+    """Which rows' scheme labels are the run's model as trained (the others: its eval-time variants)."""
+    return labels == build_scheme(cfg, scheme_spec(cfg.scheme)).label()
+
+
 def collect_accuracy(runs: list[Run]) -> Accuracy:
     """Every trustworthy accuracy row of the given task runs, with 'run', 'config' and 'label' (the scheme label plus
     the keys that differ between the configurations of one task); the rules of :func:`collect_all`."""
@@ -343,7 +348,7 @@ def collect_accuracy(runs: list[Run]) -> Accuracy:
         d["config"] = config_id
         d["chance"] = _chance(cfg, d)
         d["baseline"] = _baseline(cfg, d)
-        d["as_trained"] = d["scheme"] == build_scheme(cfg, scheme_spec(cfg.scheme)).label()  # not an eval-time variant
+        d["as_trained"] = _as_trained(cfg, d["scheme"])
         frames.append(d)
     if not frames:
         return Accuracy(pd.DataFrame(), left, metas)
