@@ -743,3 +743,29 @@ def test_rows_a_keep_mask_leaves_out_never_shape_the_frame(results):
     kept = collect_all(runs, keep=lambda d: d["mode"] == "nonoverlapping").df
     assert list(kept.columns) == list(every.columns) and list(kept.index) == list(range(len(kept)))
     assert len(kept) == (every["mode"] == "nonoverlapping").sum() > 0
+
+
+def test_a_report_on_one_split_names_each_run_without_rows_there_and_never_shows_another_splits_numbers(
+        results, tmp_path):
+    alibi, rope = run_named(results, "alibi"), run_named(results, "rope")
+    for split in ("validation", "test"):  # the probe on both splits: only the test split's may reach the report
+        r = invoke("eval", alibi, f"eval.split={split}", "eval.lengths=[32]", "eval.modes=[nonoverlapping,repetition]",
+                   "--no-progress")
+        assert r.exit_code == 0, r.output
+    out = tmp_path / "report"
+    r = invoke("report", results / "runs", "--split", "test", "--out", out, "--no-plots")
+    assert r.exit_code == 0, r.output
+    assert f"{rope.name}: no evaluation rows on the test split" in " ".join(r.output.split())
+    rows = pd.read_csv(out / "eval_long.csv")
+    assert set(rows["split"]) == {"test"} and set(rows["run"]) == {alibi.name}
+    assert (out / "README.md").read_text().startswith("# pe-bench report: 1 run\n")
+    probe = pd.read_csv(alibi / "repetition.csv")
+    assert set(probe["split"]) == {"validation", "test"}
+    shown = pd.read_csv(out / "repetition.csv").set_index("distance")["gain"]
+    on_test = probe[probe["split"] == "test"].set_index("distance")["gain"]
+    assert shown.to_dict() == pytest.approx(on_test.to_dict())
+    assert shown.to_dict() != pytest.approx(probe[probe["split"] == "validation"].set_index("distance")["gain"].to_dict())
+
+    r = invoke("report", rope, "--split", "test", "--out", tmp_path / "none")
+    assert r.exit_code == 2 and "no evaluation rows on the test split" in " ".join(r.output.split())
+    assert not (tmp_path / "none").exists()

@@ -50,7 +50,7 @@ def report(ctx: typer.Context,
     from pe_bench.report import compare as paired
     from pe_bench.runs import Run
 
-    got = collect_runs([Run(p) for p in _find_runs(paths)])
+    got = collect_runs([Run(p) for p in _find_runs(paths)], split=split)
     if compare and not got.accuracy.df.empty and (got.perplexity.df.empty or _has_rows(got.accuracy.df, compare)):
         _print_accuracy_comparison(got.accuracy, compare)
         return

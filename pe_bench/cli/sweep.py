@@ -175,7 +175,7 @@ def _finish_sweep(points, results: dict[str, str], out: Path, title: str, second
     left = sum(p.state in LEFT for p in points)  # diverged before, or an unreadable run directory: failures
     _print_summary(points, results)
     got = collect_runs([p.run for p in points if p.state == "done" or p.state == "diverged"],
-                       keep=_evaluated_here(points))
+                       keep=_evaluated_here(points), split=points[0].cfg.eval.split if points else None)
     got.perplexity.left_out += _not_in_report(points, got, unevaluated or [])
     with report_into(out) as reported:
         if got.runs["accuracy"]:

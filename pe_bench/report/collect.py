@@ -91,13 +91,15 @@ class Collection:
         return self.perplexity.left_out + self.accuracy.left_out
 
 
-def collect_runs(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None) -> Collection:
+def collect_runs(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None,
+                 split: str | None = None) -> Collection:
     """The rows of every run, by the metric of its task (a run whose config cannot be read goes with the perplexity
-    runs, whose collector names it). ``keep``: as :func:`collect_all`'s."""
+    runs, whose collector names it). ``keep``, ``split``: as :func:`collect_all`'s."""
     by_metric: dict[str, list[Run]] = {"perplexity": [], "accuracy": []}
     for run in runs:
         by_metric[_metric(run)].append(run)
-    return Collection(collect_all(by_metric["perplexity"], keep), collect_accuracy(by_metric["accuracy"]), by_metric)
+    return Collection(collect_all(by_metric["perplexity"], keep, split), collect_accuracy(by_metric["accuracy"]),
+                      by_metric)
 
 
 def _metric(run: Run) -> str:
@@ -140,13 +142,16 @@ def _without_copies(df: pd.DataFrame, key: list[str], left: list[str]) -> pd.Dat
     return df
 
 
-def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None) -> Collected:
+def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = None,
+                split: str | None = None) -> Collected:
     """Every trustworthy eval row of the given runs, in run order, with columns 'run', 'config' (the hash of the
     configuration without the seed: rows of one config are seed replicas), 'group' (also without the scheme: the
     rows that compete in one table) and 'label' (the scheme label plus the configuration keys that differ between
     the runs, e.g. ``nope · model.n_layers=2``). Unreadable files and unfinished runs are left out, each with one
     line in ``left_out``; diverged runs give 'diverged' rows. ``keep(df)``: a row mask applied before the labels are
-    made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others."""
+    made (e.g. a sweep's own lengths and settings), so that rows left out never shape the labels of the others.
+    ``split``: only the rows (and context, repetition rows) of that evaluation split; a run with none there is left
+    out, named, rather than shown with another split's numbers."""
     read = _read_runs(runs)
     if not read.frames:
         return Collected(pd.DataFrame(), read.windows, read.left, read.meta)
@@ -156,6 +161,10 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     for c in ("loss", "ppl", "bpb"):
         df[c] = pd.to_numeric(df[c], errors="coerce")
     df["step"] = pd.to_numeric(df["step"]).astype(int)
+    if split is not None:
+        df = _on_split(df, split, read)
+        if df.empty:
+            return Collected(pd.DataFrame(), read.windows, read.left, read.meta)
     if keep is not None:
         df = df[keep(df)].reset_index(drop=True)
     # A diverged run was never evaluated: its rows take the precision its configuration's other seeds were
@@ -168,6 +177,18 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
     df = labelled(df, read.flat, read.tags, read.flat_scheme)
     return Collected(df, read.windows, read.left, read.meta, _labelled_context(read.context, df),
                      _labelled_context(read.repetition, df))
+
+
+def _on_split(df: pd.DataFrame, split: str, read: _Read) -> pd.DataFrame:
+    """The rows on ``split`` (the runs' context and repetition rows in ``read`` likewise); one line in ``read.left``
+    for each run that has none there."""
+    on = df["split"] == split
+    for name in dict.fromkeys(df.loc[~df["run"].isin(set(df.loc[on, "run"])), "run"]):
+        read.left.append(f"{name}: no evaluation rows on the {split} split (`pe-bench eval` it with "
+                         f"eval.split={split} to add them)")
+    read.context = [f[f["split"] == split] for f in read.context if not f.empty]
+    read.repetition = [f[f["split"] == split] for f in read.repetition if not f.empty]
+    return df[on].reset_index(drop=True)
 
 
 def _labelled_context(frames: list[pd.DataFrame], df: pd.DataFrame) -> pd.DataFrame:
