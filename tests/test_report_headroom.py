@@ -201,3 +201,22 @@ def test_one_seed_passes_or_fails_the_gate_by_a_block_bootstrap_over_its_windows
     assert r["gate"] == "failed" and "fewer than ten blocks of 16,384: no interval" in r["gate_detail"]
     r = headroom(*_one_seed(163840, 0.05, -0.05)).iloc[0]
     assert r["gate"] == "failed" and r["gate_detail"].startswith("worse at equal short context: at L +0.050")
+
+
+def test_a_one_seed_reference_beside_a_short_model_of_several_seeds_is_gated_on_the_seed_they_share():
+    """The short model has seeds 0 and 1, its reference seed 0 only: the gate and the headroom's interval come from
+    seed 0's per-window losses (the same as with seed 0 alone), and seed 1 is named as unpaired."""
+    from pe_bench.report.files import window_key
+
+    short, long = _one_seed(163840, 0.0, -0.05)
+    alone = headroom(short, long).iloc[0]
+    other = short.df.assign(seed=1, run="alibi-64-1", ppl=short.df["ppl"] * 1.01)
+    windows = dict(short.windows)
+    windows.update({window_key(r.run, r): (short.windows[window_key("alibi-64-0", r)][0] * 1.01,
+                                           short.windows[window_key("alibi-64-0", r)][1])
+                    for r in other.itertuples()})
+    both = Collected(pd.concat([short.df, other], ignore_index=True), windows)
+    r = headroom(both, long).iloc[0]
+    assert r["gate"] == "passed" and r["gate_detail"] == alone["gate_detail"]
+    assert (r["headroom_lo"], r["headroom_hi"]) == pytest.approx((alone["headroom_lo"], alone["headroom_hi"]))
+    assert "1" in r["note"] and "unpaired" in r["note"]

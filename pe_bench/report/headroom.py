@@ -95,8 +95,8 @@ def gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: pd.DataFram
     a, b, c = (x[x["status"] == "ok"].drop_duplicates("seed").set_index("seed")["loss"]
                for x in (short_at_L, ref_at_L, ref_at_n))
     seeds = sorted(set(a.index) & set(b.index) & set(c.index))
-    if len(seeds) == 1:
-        return _one_seed_gate(short_at_L, ref_at_L, ref_at_n, windows)
+    if len(seeds) == 1:  # the short model may have more seeds than its reference: the paired one's windows
+        return _one_seed_gate(*(x[x["seed"] == seeds[0]] for x in (short_at_L, ref_at_L, ref_at_n)), windows)
     if len(seeds) < 2:
         return False, "no paired seed: the gate cannot be checked"
     worse, value = (b[seeds] - a[seeds]).to_numpy(), (c[seeds] - b[seeds]).to_numpy()
@@ -133,8 +133,11 @@ def _headroom_interval(short_at_L: pd.DataFrame, ref_at_n: pd.DataFrame,
     if len(seeds) >= 2:
         iv = stats.seed_interval((a[seeds] - c[seeds]).to_numpy())
         return iv.lo, iv.hi
-    sides = [_windows_of(windows[0], short_at_L), _windows_of(windows[1], ref_at_n)]
-    if len(seeds) != 1 or any(w is None for w in sides) or not np.array_equal(sides[0][1], sides[1][1]):
+    if len(seeds) != 1:
+        return math.nan, math.nan
+    sides = [_windows_of(windows[0], short_at_L[short_at_L["seed"] == seeds[0]]),
+             _windows_of(windows[1], ref_at_n[ref_at_n["seed"] == seeds[0]])]
+    if any(w is None for w in sides) or not np.array_equal(sides[0][1], sides[1][1]):
         return math.nan, math.nan
     c1 = stats.truncation_contrast({0: (sides[0][0], sides[1][0], sides[0][1])})
     return (math.nan, math.nan) if c1.interval is None else (c1.interval.lo, c1.interval.hi)
