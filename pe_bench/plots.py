@@ -608,8 +608,6 @@ def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, 
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm
 
-    from pe_bench.report.accuracy import NOT_LEARNT
-
     if board.empty:
         return None
     rows, tasks = leaderboard_order(board), sorted(board["task"].unique())
@@ -621,22 +619,7 @@ def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, 
     else:
         fig, ax = plt.subplots(figsize=size, dpi=110, layout="constrained")
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e3e3e3")
-    grid = np.full((len(rows), len(tasks)), np.nan)
-    at = {(r["scheme"], int(r["L"]), r["task"]): r for _, r in board.iterrows()}
-    for (i, (scheme, L)), (j, task) in ((a, b) for a in enumerate(rows) for b in enumerate(tasks)):
-        r = at.get((scheme, L, task))
-        if r is None:
-            continue
-        if r["status"] == "ok":
-            grid[i, j] = math.log2(float(r["effective_length"]) / L)
-            top = float(r["effective_length"]) == float(r["longest_evaluated"])
-            ratio = float(r["effective_length"]) / L
-            ax.text(j, i, ("≥ " if top else "") + ("L" if ratio == 1 else f"{ratio:g}L"), ha="center", va="center",
-                    fontsize=6.5, color="white" if grid[i, j] < 1.8 else "black")
-        elif r["status"] == NOT_LEARNT:
-            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="#9a9a9a", lw=0))
-        if r.get("exploratory", False) in (True,):  # fewer than 3 seeds: outlined, a reading rather than a finding
-            ax.add_patch(plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, ec="#d62728", lw=0.9, ls=":"))
+    grid = _leaderboard_cells(ax, board, rows, tasks)
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=3, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(tasks)), tasks, rotation=40, ha="right", fontsize=7.5)
     run = board.groupby(["scheme", "L"])["task"].nunique()
@@ -659,6 +642,32 @@ def leaderboard_figure(board: pd.DataFrame, beside: pd.DataFrame | None = None, 
                  "run); hatched: not learnt at L; grey: not run; red dotted outline: fewer than 3 seeds (exploratory)",
                  fontsize=9)
     return fig
+
+
+def _leaderboard_cells(ax, board: pd.DataFrame, rows: list[tuple[str, int]], tasks: list[str]) -> np.ndarray:
+    """Label, hatch and outline the leaderboard's cells on ``ax``; the grid of log2(effective length / L): (rows,
+    tasks), NaN where a cell has no number."""
+    import matplotlib.pyplot as plt
+
+    from pe_bench.report.accuracy import NOT_LEARNT
+
+    grid = np.full((len(rows), len(tasks)), np.nan)
+    at = {(r["scheme"], int(r["L"]), r["task"]): r for _, r in board.iterrows()}
+    for (i, (scheme, L)), (j, task) in ((a, b) for a in enumerate(rows) for b in enumerate(tasks)):
+        r = at.get((scheme, L, task))
+        if r is None:
+            continue
+        if r["status"] == "ok":
+            grid[i, j] = math.log2(float(r["effective_length"]) / L)
+            top = float(r["effective_length"]) == float(r["longest_evaluated"])
+            ratio = float(r["effective_length"]) / L
+            ax.text(j, i, ("≥ " if top else "") + ("L" if ratio == 1 else f"{ratio:g}L"), ha="center", va="center",
+                    fontsize=6.5, color="white" if grid[i, j] < 1.8 else "black")
+        elif r["status"] == NOT_LEARNT:
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", ec="#9a9a9a", lw=0))
+        if r.get("exploratory", False) in (True,):  # fewer than 3 seeds: outlined, a reading rather than a finding
+            ax.add_patch(plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, ec="#d62728", lw=0.9, ls=":"))
+    return grid
 
 
 def _beside_columns(ax, rows: list[tuple[str, int]], beside: pd.DataFrame | None, extra: list[str], norm) -> None:

@@ -57,18 +57,7 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
     <results_dir>/pretrained/."""
     set_verbose(verbose)
     if is_checkpoint(run_dir):
-        from pe_bench.distributed import stop_on_signals
-        from pe_bench.pretrained.checkpoint import open_checkpoint
-        from pe_bench.pretrained.evaluate import checkpoint_config, evaluate_checkpoint
-
-        if cfg_only:
-            typer.echo(to_yaml(checkpoint_config(open_checkpoint(run_dir, context), overrides or [])).rstrip())
-            return
-        stop_on_signals()
-        run = evaluate_checkpoint(run_dir, overrides or [], context, progress)
-        done = run.load_config()
-        print_run_table(run.path, done.eval.split)
-        say(f"updated {run.eval_csv if done.task.name == 'lm' else run.accuracy_csv}")
+        _eval_checkpoint(run_dir, overrides or [], context, progress, cfg_only)
         return
     if context is not None:
         raise ConfigError(f"--context is for a Hugging Face checkpoint; {run_dir} is a run directory, whose L is "
@@ -98,3 +87,19 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
         evaluate_run(run, cfg, trained=saved, progress=progress)
     print_run_table(run.path, cfg.eval.split)
     say(f"updated {run.eval_csv if tasks.get(saved.task.name).metric == 'perplexity' else run.accuracy_csv}")
+
+
+def _eval_checkpoint(path: Path, overrides: list[str], context: int | None, progress: bool, cfg_only: bool) -> None:
+    """`pe-bench eval` of a local Hugging Face checkpoint directory: its config (--cfg), or its evaluation."""
+    from pe_bench.distributed import stop_on_signals
+    from pe_bench.pretrained.checkpoint import open_checkpoint
+    from pe_bench.pretrained.evaluate import checkpoint_config, evaluate_checkpoint
+
+    if cfg_only:
+        typer.echo(to_yaml(checkpoint_config(open_checkpoint(path, context), overrides)).rstrip())
+        return
+    stop_on_signals()
+    run = evaluate_checkpoint(path, overrides, context, progress)
+    done = run.load_config()
+    print_run_table(run.path, done.eval.split)
+    say(f"updated {run.eval_csv if tasks.get(done.task.name).metric == 'perplexity' else run.accuracy_csv}")

@@ -41,19 +41,10 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     sweep is every registered scheme × 3 seeds. Finished points are skipped; interrupted ones resume from their
     checkpoint; a failing point is recorded in its run directory and never stops the others."""
     from pe_bench import launchers
-    from pe_bench.sweep import check_report_dir, expand, load_sweep, plan, report_dir, split_overrides
+    from pe_bench.sweep import check_report_dir, expand, plan, report_dir
 
     set_verbose(verbose)
-    name, sweep_keys, run_keys = split_overrides(overrides or [])
-    sw = load_sweep(name, sweep_keys)
-    sw.launcher = launcher or sw.launcher
-    sw.local.parallel = parallel or sw.local.parallel
-    sw.slurm.wait = sw.slurm.wait if wait is None else wait
-    sw.out = str(out) if out else sw.out
-    if sw.launcher not in ("local", "slurm"):
-        raise ConfigError(f"--launcher {sw.launcher!r} is not one of: local, slurm")
-    if parallel is not None and parallel < 1:
-        raise ConfigError(f"--parallel {parallel}: give at least 1 (the number of processes at once)")
+    sw, run_keys = _load(overrides or [], launcher, parallel, wait, out)
     command = f"pe-bench sweep {' '.join(overrides or [])}".strip()
     run_with = launchers.for_sweep(sw, command, emit_sbatch, progress)
     t0 = time.perf_counter()
@@ -67,34 +58,65 @@ def sweep(overrides: list[str] | None = typer.Argument(None, metavar="KEY=VALUE"
     if dry_run:
         say(f"runs go to {points[0].run.path.parent}, the report to {report_dir(sw, points)}")
     results = _run_stage(points, sw, sw.name, run_with, dry_run)
-    if dry_run and sw.extension is not None:  # the fine-tunes of the parents that are finished already
-        from pe_bench.sweep import finetune_points
-
-        children = finetune_points(sw, [p for p in points if p.state == "done"])
-        if children:
-            _run_stage(children, sw, f"{sw.name}: fine-tuning", run_with, dry_run)
-        if len(children) < len(points) * sum(n > 0 for n in sw.extension.steps) * len(sw.extension.methods):
-            say("the fine-tunes of unfinished parents are planned once their parents are done")
+    if dry_run and sw.extension is not None:
+        _dry_run_finetunes(points, sw, run_with)
     if results is None:  # a dry run, or handed to a scheduler: the next `pe-bench sweep` (or `pe-bench report`) goes on
         return
-    if sw.extension is not None:  # the fine-tuning stage, from the parents that are finished
-        from pe_bench.sweep import evaluate_baselines, finetune_points, inspect
-
-        parents = [p for p in map(inspect, points) if p.state == "done"]
-        if len(parents) < len(points):
-            warn(f"{len(points) - len(parents)} of {len(points)} parents are not finished: their fine-tunes wait for "
-                 "them (run the same command again once they are)")
-        if run_with.trains_here:
-            evaluate_baselines(sw, parents, say)
-        children = finetune_points(sw, parents)
-        more = _run_stage(children, sw, f"{sw.name}: fine-tuning", run_with, dry_run) if children else {}
-        if more is None:
+    if sw.extension is not None:
+        staged = _finetune_stage(points, results, sw, run_with)
+        if staged is None:
             return
-        points, results = points + children, {**results, **more}
+        points, results = staged
     from pe_bench.sweep import evaluate_finished
 
     unevaluated = evaluate_finished(points, say) if evaluate and run_with.trains_here else []
     _finish_sweep(points, results, report_dir(sw, points), command, time.perf_counter() - t0, wide, unevaluated)
+
+
+def _load(overrides: list[str], launcher: str | None, parallel: int | None, wait: bool | None, out: Path | None):
+    """The sweep config with the command line's options applied, and the run overrides; ConfigError on bad ones."""
+    from pe_bench.sweep import load_sweep, split_overrides
+
+    name, sweep_keys, run_keys = split_overrides(overrides)
+    sw = load_sweep(name, sweep_keys)
+    sw.launcher = launcher or sw.launcher
+    sw.local.parallel = parallel or sw.local.parallel
+    sw.slurm.wait = sw.slurm.wait if wait is None else wait
+    sw.out = str(out) if out else sw.out
+    if sw.launcher not in ("local", "slurm"):
+        raise ConfigError(f"--launcher {sw.launcher!r} is not one of: local, slurm")
+    if parallel is not None and parallel < 1:
+        raise ConfigError(f"--parallel {parallel}: give at least 1 (the number of processes at once)")
+    return sw, run_keys
+
+
+def _dry_run_finetunes(points, sw, run_with) -> None:
+    """A dry run's plan of the fine-tunes of the parents that are finished already."""
+    from pe_bench.sweep import finetune_points
+
+    children = finetune_points(sw, [p for p in points if p.state == "done"])
+    if children:
+        _run_stage(children, sw, f"{sw.name}: fine-tuning", run_with, True)
+    if len(children) < len(points) * sum(n > 0 for n in sw.extension.steps) * len(sw.extension.methods):
+        say("the fine-tunes of unfinished parents are planned once their parents are done")
+
+
+def _finetune_stage(points, results: dict[str, str], sw, run_with):
+    """The fine-tuning stage, from the parents that are finished: every point and result so far, or None when the
+    fine-tunes were handed to a scheduler."""
+    from pe_bench.sweep import evaluate_baselines, finetune_points, inspect
+
+    parents = [p for p in map(inspect, points) if p.state == "done"]
+    if len(parents) < len(points):
+        warn(f"{len(points) - len(parents)} of {len(points)} parents are not finished: their fine-tunes wait for "
+             "them (run the same command again once they are)")
+    if run_with.trains_here:
+        evaluate_baselines(sw, parents, say)
+    children = finetune_points(sw, parents)
+    more = _run_stage(children, sw, f"{sw.name}: fine-tuning", run_with, False) if children else {}
+    if more is None:
+        return None
+    return points + children, {**results, **more}
 
 
 def _run_stage(points, sw, name: str, run_with, dry_run: bool) -> dict[str, str] | None:

@@ -321,9 +321,7 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
             out += _at_length(scored, cfg, common, length, eval_positions(cfg, length, device), todo)
         except LengthNotSupported as e:
             EvalProgress(f"{head} L={length}", 0, bar=False, quiet=each).skip(str(e))
-            out.rows += [{**common, "mode": p.mode, "stride": p.advance, "S": p.S, "budget": p.budget,
-                          "warmup": p.warmup, "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0,
-                          "status": "not_applicable", "note": str(e)} for p in todo if p.mode in cfg.eval.modes]
+            out.rows += _not_applicable(common, [p for p in todo if p.mode in cfg.eval.modes], str(e))
     if "nonoverlapping" in cfg.eval.modes:
         out.context = context_rows(base, L, blocks, budget_label(cfg.eval.max_tokens))
     if "repetition" in cfg.eval.modes:
@@ -336,6 +334,12 @@ def evaluate(model: Decoder, cfg: Config, tokens: np.ndarray, token_bytes: np.nd
         say("\n".join(summary_lines(head, out.rows)))
     return out
 
+
+def _not_applicable(common: dict, todo: list[Pass], note: str) -> list[dict]:
+    """The eval rows of the passes a scheme cannot run at this length (e.g. past a learned table), each saying why."""
+    return [{**common, "mode": p.mode, "stride": p.advance, "S": p.S, "budget": p.budget, "warmup": p.warmup,
+             "loss": "", "ppl": "", "bpb": "", "tokens_scored": 0, "status": "not_applicable", "note": note}
+            for p in todo]
 
 def repetition_line(head: str, rows: list[dict]) -> str:
     """``NAME eval repetition: copy gain -0.412 at 32, … (128 passages of 32 tokens)``."""
