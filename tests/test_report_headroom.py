@@ -94,7 +94,9 @@ SHORT = rows("alibi", 64, {64: [2.0, 2.1, 2.2], 512: [1.9, 2.0, 2.1]})
 
 def test_a_short_seed_is_never_paired_with_a_reference_of_another_seed():
     long = rows("alibi", 512, {512: [1.6, 1.7], 64: [1.9, 2.0]}, seeds=[5, 6])
-    assert headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).empty
+    r = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).iloc[0]  # named, with no number
+    assert r["seeds"] == 0 and r["note"] == "no seed in common (short model: 0, 1, 2; reference: 5, 6)"
+    assert math.isnan(r["headroom"]) and math.isnan(r["fraction"]) and r["gate"] == "failed"
     long = rows("alibi", 512, {512: [1.6, 1.7], 64: [1.9, 2.0]}, seeds=[1, 6])
     r = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).iloc[0]
     assert r["seeds"] == 1 and r["long"] == pytest.approx(1.6) and r["note"] == "seeds 0, 2, 6 unpaired"
@@ -104,7 +106,9 @@ def test_a_short_seed_is_never_paired_with_a_reference_of_another_seed():
                                      {"stride": 32}, {"warmup": 1024}, {"budget": 8192}])
 def test_a_reference_of_another_model_budget_scheme_or_sliding_pass_bounds_nothing(changed):
     long = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}, **changed)
-    assert headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).empty
+    t = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long)))
+    assert t.empty and t.attrs["unpaired"] == ["alibi trained at 512"]  # named, never silently dropped
+    assert "- alibi trained at 512\n" in markdown_table(t) + "\n"
 
 
 def test_two_reference_configurations_are_two_rows_never_pooled_as_seeds():
@@ -220,3 +224,34 @@ def test_a_one_seed_reference_beside_a_short_model_of_several_seeds_is_gated_on_
     assert r["gate"] == "passed" and r["gate_detail"] == alone["gate_detail"]
     assert (r["headroom_lo"], r["headroom_hi"]) == pytest.approx((alone["headroom_lo"], alone["headroom_hi"]))
     assert "1" in r["note"] and "unpaired" in r["note"]
+
+
+def test_a_reference_beside_two_short_models_is_gated_against_each_and_the_gates_say_which():
+    """The gate holds a reference against a short model at L, so a reference beside two short recipes has two gates,
+    each listed under the table with the short model it was checked against."""
+    short = SHORT + rows("alibi", 64, {64: [2.3, 2.4, 2.5], 512: [2.2, 2.3, 2.4]}, config="alibi-64-lr",
+                         label="alibi · lr=3")
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [2.15, 2.25, 2.35]})
+    t = headroom(Collected(pd.DataFrame(short)), Collected(pd.DataFrame(long)))
+    assert t.set_index("scheme")["gate"].to_dict() == {"alibi": "failed", "alibi · lr=3": "passed"}
+    md = markdown_table(t)
+    assert "- alibi trained at 512 (against alibi at L = 64): failed — worse at equal short context" in md
+    assert "- alibi trained at 512 (against alibi · lr=3 at L = 64): passed" in md
+
+
+def test_only_the_final_weights_of_either_side_are_paired():
+    """A --partial evaluation (an earlier step's weights) of the reference is not its trained-long number: the rows
+    of the run's last step are used, for the headroom and the gate."""
+    long = (rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}, step=4000, steps=4000)
+            + rows("alibi", 512, {512: [3.0, 3.0, 3.0], 64: [3.5, 3.5, 3.5]}, step=1000, steps=4000))
+    r = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).iloc[0]
+    assert r["long"] == pytest.approx(1.7) and r["gate"] == "passed" and r["fraction"] == pytest.approx(0.25)
+    only_partial = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]}, step=1000, steps=4000)
+    assert headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(only_partial))).empty
+
+
+def test_a_seed_without_headroom_says_so_even_where_the_mean_has_some():
+    long = rows("alibi", 512, {512: [1.6, 1.7, 2.3], 64: [1.9, 2.0, 2.6]})  # seed 2: worse than the short model's 2.2
+    r = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).iloc[0]
+    assert r["headroom"] > 0 and math.isnan(r["fraction"]) and r["note"] == "no headroom in seed 2"
+    assert "| no headroom | 3 | no headroom in seed 2 |" in markdown_table(pd.DataFrame([r]))

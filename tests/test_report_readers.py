@@ -716,6 +716,23 @@ def test_a_diverged_seed_sits_in_its_configurations_row_and_makes_it_say_diverge
     assert set(alone.df["precision"]) == {"fp32"}
 
 
+def test_a_diverged_seed_says_diverged_in_a_report_of_any_split(results):
+    """A diverged run was evaluated on no split: a report of the test split shows its 'diverged' mark beside the seed
+    evaluated there, never a row averaged over the evaluated seed alone."""
+    alibi = run_named(results, "alibi")
+    r = invoke("eval", alibi, "eval.split=test", "--no-progress")
+    assert r.exit_code == 0, r.output
+    seed1 = train(results, "scheme=alibi", "seed=1")
+    meta = json.loads((seed1 / "meta.json").read_text())
+    (seed1 / "meta.json").write_text(json.dumps({**meta, "status": "diverged", "diverged_step": 1}))
+    (seed1 / "eval.csv").unlink()
+    (seed1 / "windows.csv").unlink()
+    col = collect_all([Run(alibi), Run(seed1)], split="test")
+    assert col.left_out == [] and set(col.df["split"]) == {"test"}
+    t = comparison(col, "nonoverlapping", split="test")
+    assert t.loc[("alibi", 32), "seeds"] == 2 and t.loc[("alibi", 32), "32"] == "diverged"
+
+
 def test_a_second_copy_of_a_run_counts_once_and_is_named(results):
     """The same run directory copied under another name (results folders merged): its rows count once."""
     alibi = run_named(results, "alibi")

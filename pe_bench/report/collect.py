@@ -181,7 +181,9 @@ def collect_all(runs: list[Run], keep: Callable[[pd.DataFrame], Any] | None = No
 
 def _on_split(df: pd.DataFrame, split: str, read: _Read) -> pd.DataFrame:
     """The rows on ``split`` (the runs' context and repetition rows in ``read`` likewise); one line in ``read.left``
-    for each run that has none there."""
+    for each run that has none there. A diverged run was evaluated on no split: its 'diverged' rows stand on every
+    one, so that no report averages its configuration over the other seeds alone."""
+    df = df.assign(split=df["split"].where(df["status"] != "diverged", split))  # a diverged run is on no split
     on = df["split"] == split
     for name in dict.fromkeys(df.loc[~df["run"].isin(set(df.loc[on, "run"])), "run"]):
         read.left.append(f"{name}: no evaluation rows on the {split} split (`pe-bench eval` it with "

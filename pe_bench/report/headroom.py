@@ -11,12 +11,14 @@ are those of the sliding evaluation (pe_bench.evaluate.perplexity: every length 
 least L_eval − S tokens of context), so the early-token effect of non-overlapping blocks is not counted as a gain.
 Eval-time variants (rope+yarn×8, …) get no row: the headroom is a trained model's. A row is compared only with
 references of its own trained scheme (same scheme options), the same model, data and task, and the same token budget, evaluated with the same sliding settings (stride, warm-up, token budget); each such
-reference configuration is a row of its own. Seeds are paired by seed number (seed i with seed i, seeds one side
-lacks named in the note); the fraction is the ratio of the mean gain to the mean headroom over those pairs, with
+reference configuration is a row of its own, and only each run's final weights count (a ``--partial`` evaluation's
+rows are not paired). Seeds are paired by seed number (seed i with seed i, seeds one side lacks named in the note; a
+row whose sides share no seed says so and holds no number); the fraction is the ratio of the mean gain to the mean headroom over those pairs, with
 Fieller's interval for a ratio of means (unbounded where the headroom's own interval holds 0). A seed that diverged on
 either side gives no fraction ("diverged"), never a smaller pairing. Where a seed's reference is no better than the
 short model at L (headroom ≤ 0: training long with that budget did not pay), there is no fraction: the table says
-"no headroom".
+"no headroom" (and the note which seed, where the mean has some). The gate is checked against each short model a
+reference is paired with, and listed once per pair.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def _losses(col: Collected) -> pd.DataFrame:
     settings), with their loss (NaN where the row holds no number)."""
     d = col.df
     d = d[(d["mode"] == "sliding") & d.get("as_trained", pd.Series(True, index=d.index)).astype(bool)]
+    if "step" in d and "steps" in d:  # a --partial evaluation holds an earlier step's weights: not the run's number
+        d = d[(pd.to_numeric(d["step"], errors="coerce") == pd.to_numeric(d["steps"])) | (d["status"] != "ok")]
     loss = np.log(pd.to_numeric(d["ppl"], errors="coerce").astype(float))
     cols = ["label", "config", "L_train", "L_eval", "seed", "status", *MATCH]
     keys = [c for c in ("run", *WINDOW_KEY) if c in d and c not in cols]  # to find the rows' per-window losses
@@ -51,10 +55,11 @@ def _losses(col: Collected) -> pd.DataFrame:
 
 def headroom(short: Collected, long: Collected) -> pd.DataFrame:
     """One row per short-trained row × longer evaluation length × matching trained-long reference configuration
-    (COLUMNS; losses in nats per token, means over the paired seeds)."""
+    (COLUMNS; losses in nats per token, means over the paired seeds). ``.attrs["unpaired"]``: the references that
+    match no short row (another budget, model, data or sliding setting), named rather than dropped."""
     s, g = _losses(short), _losses(long)
     ref = g[g["L_train"] == g["L_eval"]]  # each reference at its own training length
-    out = []
+    out, used = [], set()
     for (label, _config, L), rows in s.groupby(["label", "config", "L_train"], sort=True):
         for key, same in rows.groupby(MATCH, sort=True):
             at_L = same[same["L_eval"] == L]
@@ -63,9 +68,8 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
                 if n <= L or at_L.empty:
                     continue
                 for rc, r in mine[mine["L_eval"] == n].groupby("config", sort=True):
+                    used.add(rc)
                     row = _fraction(at_L, same[same["L_eval"] == n], r)
-                    if row is None:
-                        continue
                     at_short = g[(g["config"] == rc) & (g["L_eval"] == L)].merge(
                         pd.DataFrame([key], columns=MATCH), on=MATCH)
                     passed, why = gate(at_L, at_short, r, windows=(short.windows, long.windows))
@@ -78,7 +82,10 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
                                 "reference": f"{r['label'].iloc[0]} trained at {n}",
                                 "tokens": int(key[MATCH.index("tokens_trained")]), **row,
                                 "gate": "passed" if passed else "failed", "gate_detail": why})
-    return pd.DataFrame(out, columns=COLUMNS)
+    t = pd.DataFrame(out, columns=COLUMNS)
+    alone = ref[~ref["config"].isin(used)].drop_duplicates("config")
+    t.attrs["unpaired"] = [f"{r.label} trained at {r.L_train}" for r in alone.itertuples()]
+    return t
 
 
 def gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: pd.DataFrame,
@@ -92,8 +99,10 @@ def gate(short_at_L: pd.DataFrame, ref_at_L: pd.DataFrame, ref_at_n: pd.DataFram
     evaluated at L, or without an interval, fails: nothing is known."""
     if ref_at_L.empty:
         return False, "not evaluated at L: evaluate it at L too (eval.lengths=[L, …]) to check the gate"
-    a, b, c = (x[x["status"] == "ok"].drop_duplicates("seed").set_index("seed")["loss"]
-               for x in (short_at_L, ref_at_L, ref_at_n))
+    oks = [x[x["status"] == "ok"] for x in (short_at_L, ref_at_L, ref_at_n)]
+    if any(x["seed"].duplicated().any() for x in oks):
+        return False, "two rows of one seed on one side (e.g. two precisions): not paired, the gate cannot be checked"
+    a, b, c = (x.set_index("seed")["loss"] for x in oks)
     seeds = sorted(set(a.index) & set(b.index) & set(c.index))
     if len(seeds) == 1:  # the short model may have more seeds than its reference: the paired one's windows
         return _one_seed_gate(*(x[x["seed"] == seeds[0]] for x in (short_at_L, ref_at_L, ref_at_n)), windows)
@@ -162,13 +171,15 @@ def _verdict(worse: float, iw: stats.Interval, value: float, iv: stats.Interval,
     return True, said
 
 
-def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dict | None:
-    """Means and the fraction recovered over the seeds all three sides have, paired by seed; None where they share
-    none. A seed that diverged on any side (or holds two rows) gives no fraction."""
+def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dict:
+    """Means and the fraction recovered over the seeds all three sides have, paired by seed; no number where they
+    share none (the note names each side's seeds). A seed that diverged on any side (or holds two rows) gives no
+    fraction."""
     sides = [at_L, at_n, long]
     seeds = sorted(set.intersection(*(set(x["seed"]) for x in sides)))
     if not seeds:
-        return None
+        mine, theirs = (", ".join(map(str, sorted({int(v) for x in xs for v in x["seed"]}))) for xs in (sides[:2], sides[2:]))
+        return _blank(0, f"no seed in common (short model: {mine}; reference: {theirs})")
     unpaired = sorted(set().union(*(set(x["seed"]) for x in sides)) - set(seeds))
     note = f"seeds {', '.join(map(str, unpaired))} unpaired" if unpaired else ""
     kept = [x[x["seed"].isin(seeds)].sort_values("seed") for x in sides]
@@ -181,6 +192,9 @@ def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dic
     means = {"short_at_L": a.mean(), "short": b.mean(), "long": c.mean(), "gained": (a - b).mean(),
              "headroom": (a - c).mean(), "seeds": len(seeds), "note": note}
     if (a - c).min() <= 0:  # the reference is no better than the short model at L: nothing to recover
+        if (a - c).mean() > 0:  # the mean alone would not say why there is no fraction
+            where = ", ".join(str(sd) for sd, h in zip(seeds, a - c) if h <= 0)
+            means["note"] = "; ".join(x for x in (note, f"no headroom in seed{'s' * (',' in where)} {where}") if x)
         return {**means, "fraction": math.nan, "lo": math.nan, "hi": math.nan}
     lo = hi = math.nan
     if len(seeds) >= 2 and np.isfinite(a - b).all() and np.isfinite(a - c).all():
@@ -204,7 +218,7 @@ def markdown_table(t: pd.DataFrame) -> str:
         if r.gate != "passed":
             return "— (reference fails the gate)"
         if math.isnan(r.fraction):
-            return "no headroom" if r.headroom <= 0 else "—"
+            return "no headroom" if r.headroom <= 0 or "no headroom in seed" in r.note else "—"
         if math.isinf(r.lo):
             return pct(r.fraction) + " [unbounded]"
         return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]")
@@ -226,9 +240,17 @@ def markdown_table(t: pd.DataFrame) -> str:
     table = markdown.table(["scheme", "L", "L_eval", "reference", "tokens trained", "loss at L", "loss at L_eval", "reference's loss",
                             "gained", "headroom [95 %] (perplexity)", "fraction recovered [95 %]", "seeds", "note"],
                            rows)
-    gates = t.drop_duplicates(["reference", "L"])
-    lines = "".join(f"\n- {r.reference} (against L = {r.L}): {r.gate} — {r.gate_detail}" for r in gates.itertuples())
-    return f"{table}\n\nThe gate each reference must pass before it bounds anything:\n{lines}"
+    alone = t.attrs.get("unpaired", [])
+    unpaired = ("\n\nTrained-long runs paired with no short row (another token budget, model, data or task, or "
+                "another sliding stride, warm-up or token budget than every short model's):\n"
+                + "".join(f"\n- {name}" for name in alone)) if alone else ""
+    if t.empty:
+        return unpaired.lstrip("\n")
+    gates = t.drop_duplicates(["reference", "L", "scheme"])
+    shorts = gates.groupby(["reference", "L"])["scheme"].transform("size")  # >1: the gate is per short model
+    lines = "".join(f"\n- {r.reference} (against {f'{r.scheme} at ' if n > 1 else ''}L = {r.L}): {r.gate} — "
+                    f"{r.gate_detail}" for r, n in zip(gates.itertuples(), shorts))
+    return f"{table}\n\nThe gate each reference must pass before it bounds anything:\n{lines}{unpaired}"
 
 
 def split_by_length(col: Collected, split: str = "validation") -> tuple[Collected, Collected] | None:
@@ -261,6 +283,8 @@ def precondition(t: pd.DataFrame) -> str:
     the gate, and so whether the report can tell "uses the context past L" from "does not break"."""
     cannot = ("this report tells which schemes break past L (perplexity, context value), not how much of a longer "
               "context a scheme could use")
+    if t.empty and t.attrs.get("unpaired"):
+        return f"**Precondition**: the trained-long runs pair with no short row (`headroom.md`): {cannot}."
     if t.empty:
         return f"**Precondition**: no trained-long reference among these runs: {cannot}."
     passed = t[t["gate"] == "passed"].drop_duplicates("reference")
@@ -278,7 +302,7 @@ def write_headroom(col: Collected, out: Path, title: str, split: str = "validati
     """headroom.csv and headroom.md under ``out`` when the runs hold trained-long references (``t``: their
     :func:`headroom_table`, when already made); else nothing."""
     t = headroom_table(col, split) if t is None else t
-    if t.empty:
+    if t.empty and not t.attrs.get("unpaired"):
         return []
     return write_csv_md(out, "headroom", t, title, f"What fraction of the trained-long headroom each row recovers "
                         f"({split} split, sliding evaluation)", f"{markdown_table(t)}\n\n{LEGEND}")
@@ -298,4 +322,5 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "reference bounds a row only if it passes the gate listed below the table: at L tokens of context it is no "
           "worse than the short model (paired by seed, t interval), and its own context value (loss with L_eval "
           "tokens of context minus with L, same tokens) is below 0 with an interval excluding 0 (one seed: the paired "
-          "block bootstrap); a reference that fails is listed with its numbers and no fraction.")
+          "block bootstrap); a reference that fails is listed with its numbers and no fraction. Only each run's final "
+          "weights are paired (a `--partial` evaluation is not).")
