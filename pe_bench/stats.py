@@ -370,6 +370,32 @@ def truncation_contrast(per_seed: Mapping[int, tuple[np.ndarray, np.ndarray, np.
     return Contrast(value, math.exp(value), Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(tok)), 1, tokens)
 
 
+def contrast_ratio(a: np.ndarray, b: np.ndarray, c: np.ndarray, tokens: np.ndarray, level: float = 0.95,
+                   n_boot: int = 2000, seed: int = 0) -> Interval | None:
+    """The 95 % interval of (Σa − Σb) / (Σa − Σc) — one seed's ratio of two paired contrasts on the same windows
+    (``a``, ``b``, ``c``: summed nll per window; ``tokens`` per window), by a paired moving-block bootstrap over
+    blocks of ≥ CONTRAST_BLOCK_TOKENS tokens: the percentile interval, or (−inf, inf) where the denominator's own
+    interval holds 0 (as Fieller's); None on fewer than CONTRAST_MIN_BLOCKS blocks."""
+    _check_level(level)
+    a, b, c, tokens = (np.asarray(x, dtype=np.float64).ravel() for x in (a, b, c, tokens))
+    if not len(a) == len(b) == len(c) == len(tokens) or tokens.sum() <= 0:
+        raise ValueError("the three sides must hold one nll per window of the same tokens")
+    block = max(1, math.ceil(CONTRAST_BLOCK_TOKENS / (tokens.sum() / len(tokens))))
+    if len(tokens) // block < CONTRAST_MIN_BLOCKS:
+        return None
+    num, den = [], []
+    for (sa, sb, sc), _ in _resampled_sums((a, b, c), tokens, n_boot, seed, block):
+        num.append(sa - sb)
+        den.append(sa - sc)
+    num, den = np.concatenate(num), np.concatenate(den)
+    q = [(1 - level) / 2, (1 + level) / 2]
+    d_lo, d_hi = np.quantile(den, q)
+    if d_lo <= 0 <= d_hi:
+        return Interval(-math.inf, math.inf, BOOTSTRAP_METHOD, len(tokens))
+    lo, hi = np.quantile(num / den, q)
+    return Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(tokens))
+
+
 def _resampled_sums(arrays: tuple[np.ndarray, ...], tokens: np.ndarray, n_boot: int, seed: int,
                     block: int | None = None) -> Iterator[tuple[tuple[np.ndarray, ...], np.ndarray]]:
     """Per chunk of bootstrap resamples: the sums of each array and of tokens over the same resampled windows."""

@@ -200,6 +200,8 @@ def test_one_seed_passes_or_fails_the_gate_by_a_block_bootstrap_over_its_windows
     r = headroom(*_one_seed(163840, 0.0, -0.05)).iloc[0]
     assert r["gate"] == "passed" and "(1 seed, block bootstrap over 163,840 tokens)" in r["gate_detail"]
     assert r["fraction"] == pytest.approx(-0.01 / 0.05, rel=0.2)
+    assert r["lo"] < r["fraction"] < r["hi"] and r["hi"] - r["lo"] < 0.5  # the same blocks' ratio, bootstrapped
+    assert f"[{100 * r['lo']:.0f} %, {100 * r['hi']:.0f} %]" in markdown_table(pd.DataFrame([r]))
     assert r["headroom_lo"] < 0.05 < r["headroom_hi"] and r["headroom_hi"] - r["headroom_lo"] < 0.02  # one seed
     r = headroom(*_one_seed(16384, 0.0, -0.05)).iloc[0]
     assert r["gate"] == "failed" and "fewer than ten blocks of 16,384: no interval" in r["gate_detail"]

@@ -548,3 +548,21 @@ def test_fiellers_interval_is_the_set_of_ratios_its_t_test_does_not_reject_and_u
     assert (loose.lo, loose.hi) == (-math.inf, math.inf)
     with pytest.raises(ValueError, match="≥ 2 paired values"):
         stats_mod.fieller_interval([0.1], [0.4])
+
+
+def test_a_one_seed_ratio_of_two_contrasts_has_a_paired_block_bootstrap_interval():
+    """(Σa − Σb) / (Σa − Σc) over the same windows: the gain over the headroom of one seed. Its interval covers the
+    ratio, narrows with more blocks, is unbounded where the denominator's own interval holds 0, and is None on fewer
+    than ten blocks of 16K tokens."""
+    from pe_bench.stats import contrast_ratio
+
+    rng = np.random.default_rng(1)
+    n, tok = 2560, np.full(2560, 64.0)  # 163,840 tokens: ten blocks of 16K
+    a = rng.gamma(4.0, 0.5, n) * 64
+    b, c = a - 0.02 * 64 + rng.normal(0, 1, n), a - 0.08 * 64 + rng.normal(0, 1, n)
+    iv = contrast_ratio(a, b, c, tok)
+    value = (a.sum() - b.sum()) / (a.sum() - c.sum())
+    assert iv.lo < value < iv.hi and iv.hi - iv.lo < 0.2 and iv.method == stats_mod.BOOTSTRAP_METHOD
+    assert contrast_ratio(a[:256], b[:256], c[:256], tok[:256]) is None  # one block: no interval
+    flat = a + rng.normal(0, 3, n)  # the denominator: nothing but noise
+    assert math.isinf(contrast_ratio(a, b, flat, tok).lo)

@@ -10,15 +10,17 @@ same model trained at L·r with the same token budget (the *trained-long referen
 are those of the sliding evaluation (pe_bench.evaluate.perplexity: every length scores the same tokens, each with at
 least L_eval − S tokens of context), so the early-token effect of non-overlapping blocks is not counted as a gain.
 Eval-time variants (rope+yarn×8, …) get no row: the headroom is a trained model's. A row is compared only with
-references of its own trained scheme (same scheme options), the same model, data and task, and the same token budget, evaluated with the same sliding settings (stride, warm-up, token budget); each such
-reference configuration is a row of its own, and only each run's final weights count (a ``--partial`` evaluation's
-rows are not paired). Seeds are paired by seed number (seed i with seed i, seeds one side lacks named in the note; a
-row whose sides share no seed says so and holds no number); the fraction is the ratio of the mean gain to the mean headroom over those pairs, with
-Fieller's interval for a ratio of means (unbounded where the headroom's own interval holds 0). A seed that diverged on
-either side gives no fraction ("diverged"), never a smaller pairing. Where a seed's reference is no better than the
-short model at L (headroom ≤ 0: training long with that budget did not pay), there is no fraction: the table says
-"no headroom" (and the note which seed, where the mean has some). The gate is checked against each short model a
-reference is paired with, and listed once per pair.
+references of its own trained scheme (same scheme options), the same model, data and task, and the same token
+budget, evaluated with the same sliding settings (stride, warm-up, token budget); each such reference configuration
+is a row of its own, and only each run's final weights count (a ``--partial`` evaluation's rows are not paired).
+Seeds are paired by seed number (seed i with seed i, seeds one side lacks named in the note; a row whose sides share
+no seed says so and holds no number); the fraction is the ratio of the mean gain to the mean headroom over those
+pairs, with Fieller's interval for a ratio of means (with one seed, a paired block bootstrap of the ratio over the
+same windows; unbounded where the headroom's own interval holds 0). A seed that diverged on either side gives no
+fraction ("diverged"), never a smaller pairing. Where a seed's reference is no better than the short model at L
+(headroom ≤ 0: training long with that budget did not pay), there is no fraction: the table says "no headroom" (and
+the note which seed, where the mean has some). The gate is checked against each short model a reference is paired
+with, and listed once per pair.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ def headroom(short: Collected, long: Collected) -> pd.DataFrame:
                     passed, why = gate(at_L, at_short, r, windows=(short.windows, long.windows))
                     row.update(zip(("headroom_lo", "headroom_hi"),
                                    _headroom_interval(at_L, r, (short.windows, long.windows))))
+                    if row["seeds"] == 1 and not math.isnan(row["fraction"]):
+                        row.update(zip(("lo", "hi"), _one_seed_fraction_interval(
+                            at_L, same[same["L_eval"] == n], r, (short.windows, long.windows))))
                     if not passed and not math.isnan(row["fraction"]):
                         row.update(fraction=math.nan, lo=math.nan, hi=math.nan)
                     out.append({"scheme": label, "base_scheme": key[MATCH.index("base_scheme")], "L": int(L),
@@ -150,6 +155,22 @@ def _headroom_interval(short_at_L: pd.DataFrame, ref_at_n: pd.DataFrame,
         return math.nan, math.nan
     c1 = stats.truncation_contrast({0: (sides[0][0], sides[1][0], sides[0][1])})
     return (math.nan, math.nan) if c1.interval is None else (c1.interval.lo, c1.interval.hi)
+
+
+def _one_seed_fraction_interval(short_at_L: pd.DataFrame, short_at_n: pd.DataFrame, ref_at_n: pd.DataFrame,
+                                windows: tuple[dict, dict]) -> tuple[float, float]:
+    """One paired seed's fraction recovered, its 95 % interval: the gain and the headroom on the same windows,
+    bootstrapped together over blocks of ≥ 16K tokens (:func:`stats.contrast_ratio`); NaNs where there is none."""
+    seeds = set(short_at_L["seed"]) & set(short_at_n["seed"]) & set(ref_at_n["seed"])
+    if len(seeds) != 1:
+        return math.nan, math.nan
+    seed = seeds.pop()
+    sides = [_windows_of(w, x[x["seed"] == seed])
+             for w, x in ((windows[0], short_at_L), (windows[0], short_at_n), (windows[1], ref_at_n))]
+    if any(w is None for w in sides) or not all(np.array_equal(sides[0][1], w[1]) for w in sides[1:]):
+        return math.nan, math.nan
+    iv = stats.contrast_ratio(sides[0][0], sides[1][0], sides[2][0], sides[0][1])
+    return (math.nan, math.nan) if iv is None else (iv.lo, iv.hi)
 
 
 def _windows_of(windows: dict, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
@@ -315,7 +336,8 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "row label says how its recipe differs), [95 % interval: t over the paired seeds, or with one seed a paired "
           "block bootstrap over blocks of ≥ 16K tokens] (the reference's perplexity at L_eval that much below the "
           "short model's at L); fraction recovered = mean gained / mean headroom, seeds paired by "
-          "seed number, [95 % Fieller interval over the pairs; `unbounded` where the headroom's own interval holds "
+          "seed number, [95 % Fieller interval over the pairs, or with one seed a paired block bootstrap of the gain "
+          "and the headroom over blocks of ≥ 16K tokens; `unbounded` where the headroom's own interval holds "
           "0]: 100 % = as good as "
           "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
           "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover. A "
