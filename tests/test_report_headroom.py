@@ -126,6 +126,14 @@ def test_a_second_evaluation_stride_is_not_a_second_seed():
     assert len(t) == 1 and t.iloc[0]["seeds"] == 3 and t.iloc[0]["fraction"] == pytest.approx(0.25)
 
 
+def test_a_seed_without_a_finite_number_is_named_by_its_status():
+    short = [dict(r) for r in SHORT]
+    next(r for r in short if r["seed"] == 2 and r["L_eval"] == 512).update(status="nonfinite", ppl=float("nan"))
+    long = rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]})
+    r = headroom(Collected(pd.DataFrame(short)), Collected(pd.DataFrame(long))).iloc[0]
+    assert math.isnan(r["fraction"]) and r["note"] == "nonfinite (seed 2)"
+
+
 @pytest.mark.parametrize("side", ["short", "long"])
 def test_a_diverged_seed_on_either_side_gives_no_fraction_never_a_smaller_pairing(side):
     short, long = [dict(r) for r in SHORT], rows("alibi", 512, {512: [1.6, 1.7, 1.8], 64: [1.9, 2.0, 2.1]})

@@ -206,9 +206,14 @@ def _fraction(at_L: pd.DataFrame, at_n: pd.DataFrame, long: pd.DataFrame) -> dic
     kept = [x[x["seed"].isin(seeds)].sort_values("seed") for x in sides]
     if any(x["seed"].duplicated().any() for x in kept):
         return _blank(len(seeds), "two rows of one seed on one side: not paired")
-    bad = sorted({int(sd) for x in kept for sd, st in zip(x["seed"], x["status"]) if st != "ok"})
+    bad: dict[str, set[int]] = {}  # status → seeds: 'diverged', 'nonfinite', … each said as it is
+    for x in kept:
+        for sd, st in zip(x["seed"], x["status"]):
+            if st != "ok":
+                bad.setdefault(str(st), set()).add(int(sd))
     if bad:
-        return _blank(len(seeds), f"diverged (seed {', '.join(map(str, bad))})")
+        return _blank(len(seeds), "; ".join(f"{st} (seed {', '.join(map(str, sorted(sds)))})"
+                                            for st, sds in sorted(bad.items())))
     a, b, c = (x["loss"].to_numpy() for x in kept)
     means = {"short_at_L": a.mean(), "short": b.mean(), "long": c.mean(), "gained": (a - b).mean(),
              "headroom": (a - c).mean(), "seeds": len(seeds), "note": note}
