@@ -361,9 +361,8 @@ def truncation_contrast(per_seed: Mapping[int, tuple[np.ndarray, np.ndarray, np.
     value = float(np.mean(values))
     if len(values) >= 2:
         return Contrast(value, math.exp(value), seed_interval(values, level), len(values), tokens)
-    per_window = tok.sum() / len(tok)
-    block = max(1, math.ceil(CONTRAST_BLOCK_TOKENS / per_window))
-    if len(tok) // block < CONTRAST_MIN_BLOCKS:
+    block = _contrast_block(tok)
+    if block is None:
         return Contrast(value, math.exp(value), None, 1, tokens)
     boot = np.concatenate([(a - b) / t for (a, b), t in _resampled_sums((more, less), tok, n_boot, seed, block)])
     lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
@@ -380,8 +379,8 @@ def contrast_ratio(a: np.ndarray, b: np.ndarray, c: np.ndarray, tokens: np.ndarr
     a, b, c, tokens = (np.asarray(x, dtype=np.float64).ravel() for x in (a, b, c, tokens))
     if not len(a) == len(b) == len(c) == len(tokens) or tokens.sum() <= 0:
         raise ValueError("the three sides must hold one nll per window of the same tokens")
-    block = max(1, math.ceil(CONTRAST_BLOCK_TOKENS / (tokens.sum() / len(tokens))))
-    if len(tokens) // block < CONTRAST_MIN_BLOCKS:
+    block = _contrast_block(tokens)
+    if block is None:
         return None
     num, den = [], []
     for (sa, sb, sc), _ in _resampled_sums((a, b, c), tokens, n_boot, seed, block):
@@ -394,6 +393,13 @@ def contrast_ratio(a: np.ndarray, b: np.ndarray, c: np.ndarray, tokens: np.ndarr
         return Interval(-math.inf, math.inf, BOOTSTRAP_METHOD, len(tokens))
     lo, hi = np.quantile(num / den, q)
     return Interval(float(lo), float(hi), BOOTSTRAP_METHOD, len(tokens))
+
+
+def _contrast_block(tokens: np.ndarray) -> int | None:
+    """Windows per bootstrap block of a one-seed contrast (≥ CONTRAST_BLOCK_TOKENS tokens a block, the same block
+    size at every length); None where the windows make fewer than CONTRAST_MIN_BLOCKS blocks."""
+    block = max(1, math.ceil(CONTRAST_BLOCK_TOKENS / (tokens.sum() / len(tokens))))
+    return None if len(tokens) // block < CONTRAST_MIN_BLOCKS else block
 
 
 def _resampled_sums(arrays: tuple[np.ndarray, ...], tokens: np.ndarray, n_boot: int, seed: int,

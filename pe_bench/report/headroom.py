@@ -147,11 +147,8 @@ def _headroom_interval(short_at_L: pd.DataFrame, ref_at_n: pd.DataFrame,
     if len(seeds) >= 2:
         iv = stats.seed_interval((a[seeds] - c[seeds]).to_numpy())
         return iv.lo, iv.hi
-    if len(seeds) != 1:
-        return math.nan, math.nan
-    sides = [_windows_of(windows[0], short_at_L[short_at_L["seed"] == seeds[0]]),
-             _windows_of(windows[1], ref_at_n[ref_at_n["seed"] == seeds[0]])]
-    if any(w is None for w in sides) or not np.array_equal(sides[0][1], sides[1][1]):
+    sides = _seed_windows(seeds, [(windows[0], short_at_L), (windows[1], ref_at_n)])
+    if sides is None:
         return math.nan, math.nan
     c1 = stats.truncation_contrast({0: (sides[0][0], sides[1][0], sides[0][1])})
     return (math.nan, math.nan) if c1.interval is None else (c1.interval.lo, c1.interval.hi)
@@ -161,16 +158,23 @@ def _one_seed_fraction_interval(short_at_L: pd.DataFrame, short_at_n: pd.DataFra
                                 windows: tuple[dict, dict]) -> tuple[float, float]:
     """One paired seed's fraction recovered, its 95 % interval: the gain and the headroom on the same windows,
     bootstrapped together over blocks of ≥ 16K tokens (:func:`stats.contrast_ratio`); NaNs where there is none."""
-    seeds = set(short_at_L["seed"]) & set(short_at_n["seed"]) & set(ref_at_n["seed"])
-    if len(seeds) != 1:
-        return math.nan, math.nan
-    seed = seeds.pop()
-    sides = [_windows_of(w, x[x["seed"] == seed])
-             for w, x in ((windows[0], short_at_L), (windows[0], short_at_n), (windows[1], ref_at_n))]
-    if any(w is None for w in sides) or not all(np.array_equal(sides[0][1], w[1]) for w in sides[1:]):
+    seeds = sorted(set(short_at_L["seed"]) & set(short_at_n["seed"]) & set(ref_at_n["seed"]))
+    sides = _seed_windows(seeds, [(windows[0], short_at_L), (windows[0], short_at_n), (windows[1], ref_at_n)])
+    if sides is None:
         return math.nan, math.nan
     iv = stats.contrast_ratio(sides[0][0], sides[1][0], sides[2][0], sides[0][1])
     return (math.nan, math.nan) if iv is None else (iv.lo, iv.hi)
+
+
+def _seed_windows(seeds: list, sides: list[tuple[dict, pd.DataFrame]]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """The per-window (nll, tokens) of each side's row of the one paired seed (``sides``: (windows, rows) each); None
+    unless there is exactly one seed, every side has its windows, and they score the same windows."""
+    if len(seeds) != 1:
+        return None
+    found = [_windows_of(w, rows[rows["seed"] == seeds[0]]) for w, rows in sides]
+    if any(f is None for f in found) or not all(np.array_equal(found[0][1], f[1]) for f in found[1:]):
+        return None
+    return found
 
 
 def _windows_of(windows: dict, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
