@@ -265,3 +265,19 @@ def test_a_seed_without_headroom_says_so_even_where_the_mean_has_some():
     r = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(long))).iloc[0]
     assert r["headroom"] > 0 and math.isnan(r["fraction"]) and r["note"] == "no headroom in seed 2"
     assert "| no headroom | 3 | no headroom in seed 2 |" in markdown_table(pd.DataFrame([r]))
+
+
+def test_a_model_trained_at_an_intermediate_length_gets_its_own_row_against_every_longer_reference():
+    from pe_bench.report.headroom import headroom_table
+
+    def tagged(rs: list[dict]) -> list[dict]:
+        return [{**r, "model": "tiny", "data": "shakespeare"} for r in rs]
+
+    d = pd.DataFrame(tagged(rows("alibi", 64, {64: [2.0, 2.1], 128: [1.95, 2.05], 512: [1.9, 2.0]})
+                            + rows("alibi", 128, {128: [1.8, 1.9], 64: [1.9, 2.0], 512: [1.75, 1.85]})
+                            + rows("alibi", 512, {512: [1.6, 1.7], 64: [1.9, 2.0], 128: [1.7, 1.8]})))
+    t = headroom_table(Collected(d)).set_index(["L", "L_eval"])
+    assert sorted(t.index) == [(64, 128), (64, 512), (128, 512)]
+    r = t.loc[(128, 512)]
+    assert r["reference"] == "alibi trained at 512" and r["gained"] == pytest.approx(0.05)
+    assert r["headroom"] == pytest.approx(0.2) and t.attrs["unpaired"] == []

@@ -284,19 +284,22 @@ def markdown_table(t: pd.DataFrame) -> str:
 
 
 def split_by_length(col: Collected, split: str = "validation") -> tuple[Collected, Collected] | None:
-    """(short, long): the rows of the shortest training length and those of runs trained at one of its longer
-    evaluation lengths (the trained-long references), on the same model and data; None when the runs hold no such
-    pair."""
+    """(short, long): the rows of every training length evaluated at a longer length some run was trained at (each
+    such length's short models, intermediate ones included), and the rows of the runs trained at one of those longer
+    lengths (the trained-long references), on the same model and data; None when the runs hold no such pair. A run
+    trained at 128 beside runs at 64 and 512 is both: 64's reference and 512's short model."""
     d = col.df
     if d.empty or "model" not in d or "data" not in d:
         return None
     d = d[(d["split"] == split) & (d["mode"] == "sliding")]
-    if d.empty:
+    trained = set(d["L_train"])
+    longer = {L: {n for n in set(e) & trained if n > L} for L, e in d.groupby("L_train")["L_eval"]}
+    short = d[d["L_train"].map(lambda L: bool(longer[L]))]
+    if short.empty:
         return None
-    L = d["L_train"].min()
-    short = d[d["L_train"] == L]
-    long = d[(d["L_train"] > L) & d["L_train"].isin(set(short["L_eval"]))
-             & d["model"].isin(set(short["model"])) & d["data"].isin(set(short["data"]))]
+    refs = set().union(*longer.values())
+    long = d[d["L_train"].isin(refs) & d["model"].isin(set(short["model"]))
+             & d["data"].isin(set(short["data"]))]
     if long.empty:
         return None
     return Collected(short, col.windows), Collected(long, col.windows)
