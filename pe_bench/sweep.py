@@ -273,10 +273,20 @@ def plan(points: list[list[str]]) -> list[Point]:
         p.short = " ".join(p.overrides[i] for i in varying if i < len(p.overrides))
     names = [p.run.path for p in out]
     if len(set(names)) < len(names):
-        dup = next(p for p in out if names.count(p.run.path) > 1)
-        raise ConfigError(f"two sweep points give the same run ({dup.run.path.name}); an override list repeats "
-                          "a value or sets a key twice")
+        first = next(n for n in names if names.count(n) > 1)
+        a, b = [p for p in out if p.run.path == first][:2]
+        raise ConfigError(f"two sweep points give the same run ({a.run.path.name}); {_why_same(a, b)}")
     return out
+
+
+def _why_same(a: Point, b: Point) -> str:
+    """Why two points are one run: the overrides they differ in name no part of a run (evaluation settings), or none
+    differ (a list repeats a value)."""
+    differ = [o for o in a.overrides if o not in b.overrides] + [o for o in b.overrides if o not in a.overrides]
+    if not differ:
+        return "an override list repeats a value or sets a key twice"
+    return (f"they differ only in {', '.join(differ)}, which names no run (evaluation settings): sweep one of them, "
+            "then evaluate the finished runs again with `pe-bench eval RUN <setting>` (e.g. eval.split=test)")
 
 
 TODO = ("new", "retry", "resume")  # the states a sweep trains (every other point is skipped or left out)

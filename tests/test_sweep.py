@@ -86,7 +86,11 @@ def test_grid_axes_and_fixed_overrides_from_a_sweep_config():
     (["sweep.slurm.gpus=2"], "unknown config key 'sweep.slurm.gpus'"),
     (["sweep.local.parallel=0"], "sweep.local.parallel must be >= 1"),
     (["scheme=rope,nosuch"], "unknown scheme 'nosuch'"),
-    (["seed=0,0", "scheme=alibi"], "two sweep points give the same run"),
+    (["seed=0,0", "scheme=alibi"], "two sweep points give the same run (alibi-tiny-shakespeare-L64-s0-5140bfbd); an "
+                                   "override list repeats a value"),
+    (["eval.split=validation,test", "scheme=alibi", "seed=0"], "they differ only in eval.split=validation, "
+     "eval.split=test, which names no run (evaluation settings): sweep one of them, then evaluate the finished runs "
+     "again with `pe-bench eval RUN <setting>`"),
 ])
 def test_bad_sweeps_are_one_line_errors_before_anything_runs(args, message, tmp_path):
     r = invoke("sweep", *args, f"results_dir={tmp_path}", "--dry-run")
