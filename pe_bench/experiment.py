@@ -34,6 +34,13 @@ from pe_bench.train import Diverged, load_trained, train
 WINDOWS_CSV = "windows.csv"
 
 
+def pin_threads(cfg: Config) -> None:
+    """The run's CPU thread count (train.threads; null: torch's default), for its training and for every later
+    evaluation of it alike: a reduction over another thread count is other numerics than the run records."""
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+
+
 def run_one(cfg: Config, progress: bool = True) -> Run:
     """Train (resuming from a checkpoint if one exists) and evaluate one config. Returns its run directory.
 
@@ -42,8 +49,7 @@ def run_one(cfg: Config, progress: bool = True) -> Run:
     before it propagates. Under torchrun/DDP every process trains and rank 0 alone writes the run directory and
     evaluates. Another process holding the run → RunBusy, and this one touches nothing."""
     run = Run.for_config(cfg)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    pin_threads(cfg)
     device = resolve_device(cfg.train.device)
     world = world_from_env(device)
     problem = compile_problem(cfg.train, device.type, world.size)

@@ -65,6 +65,29 @@ def test_eval_reevaluates_a_saved_run_without_retraining(smoke_args, tmp_path):
     assert len(ev3) == len(ev2) + 1 and set(ev3["split"]) == {"validation", "test"}  # test rows sit beside
 
 
+def test_eval_of_a_saved_run_uses_the_thread_count_it_was_trained_with(smoke_args, tmp_path, monkeypatch):
+    """Evaluated again later (e.g. on the test split), a run trained with train.threads=1 is evaluated with one
+    thread, as the sweep evaluated it: its numbers are the numerics its meta.json records."""
+    import torch
+
+    from pe_bench import experiment
+
+    assert invoke("train", "scheme=nope", *smoke_args, "train.threads=1", "--no-progress").exit_code == 0
+    run = only_run(tmp_path / "results")
+    seen = []
+    real = experiment.evaluate_run
+    monkeypatch.setattr(experiment, "evaluate_run", lambda *a, **k: (seen.append(torch.get_num_threads()),
+                                                                      real(*a, **k))[1])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        r = invoke("eval", str(run), "eval.split=test", "eval.lengths=[32]", "eval.modes=[nonoverlapping]")
+    finally:
+        torch.set_num_threads(before)
+    assert r.exit_code == 0, r.output
+    assert seen == [1]
+
+
 def test_rope_extensions_are_rows_of_their_own_and_can_be_added_at_eval_time(smoke_args, tmp_path):
     assert invoke("train", "scheme=rope", *smoke_args, "eval.variants=true", "--no-progress").exit_code == 0
     run = only_run(tmp_path / "results")

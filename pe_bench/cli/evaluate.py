@@ -67,10 +67,11 @@ def eval_cmd(run_dir: Path = typer.Argument(..., help="A run directory (results/
         typer.echo(to_yaml(cfg).rstrip())
         return
     from pe_bench.distributed import stop_on_signals
-    from pe_bench.experiment import check_eval_overrides, check_same_run, evaluate_run
+    from pe_bench.experiment import check_eval_overrides, check_same_run, evaluate_run, pin_threads
     from pe_bench.runs import Status
 
     check_eval_overrides(saved, cfg)
+    pin_threads(saved)
     if any(o.lstrip("+~").startswith("scheme") and not o.lstrip("+~").startswith("scheme.eval_variants")
            for o in overrides or []):
         cfg.eval.variants = False  # the user asked for one variant (e.g. rope+yarn×8): evaluate just that one
