@@ -786,3 +786,16 @@ def test_a_report_on_one_split_names_each_run_without_rows_there_and_never_shows
     r = invoke("report", rope, "--split", "test", "--out", tmp_path / "none")
     assert r.exit_code == 2 and "no evaluation rows on the test split" in " ".join(r.output.split())
     assert not (tmp_path / "none").exists()
+
+
+def test_runs_without_rows_on_the_reported_split_never_shape_the_labels_of_those_with_some(results):
+    """A report of the test split, beside a run of another width evaluated on validation only: the run shown is
+    labelled by what differs between the runs shown (nothing), not by a setting of a run that is not in it."""
+    alibi = run_named(results, "alibi")
+    wide = train(results, "scheme=alibi", "model.n_layers=2", "model.d_model=48")
+    r = invoke("eval", alibi, "eval.split=test", "eval.lengths=[32]", "eval.modes=[nonoverlapping]", "--no-progress")
+    assert r.exit_code == 0, r.output
+    col = collect_all([Run(alibi), Run(wide)], split="test")
+    assert set(col.df["run"]) == {alibi.name} and set(col.df["label"]) == {"alibi"}
+    both = collect_all([Run(alibi), Run(wide)], split="validation")
+    assert "alibi · model.d_model=32 · model.n_layers=1" in set(both.df["label"])

@@ -59,8 +59,9 @@ def labelled(df: pd.DataFrame, flat: dict[str, dict[str, str]], tags: dict[str, 
     the runs, the scheme options that tell two configurations of one label apart, an unfinished step, and a scored
     span other than the configuration's own."""
     suffix = {}
+    shown = set(df["config"])  # a run left out (another split, a keep mask) never shapes the labels of the others
     for pool in (False, True):  # trained from scratch, fine-tuned: the keys that differ within each kind
-        members = {c: f for c, f in flat.items() if bool(tags[c]) == pool}
+        members = {c: f for c, f in flat.items() if bool(tags[c]) == pool and c in shown}
         varying = sorted(k for k in set().union(*members.values()) if len({f.get(k) for f in members.values()}) > 1)
         suffix.update({c: " · ".join(f"{k}={members[c].get(k)}" for k in varying) for c in members})
     df["label"] = [s + tags[c] + (f" · {suffix[c]}" if suffix[c] else "") for s, c in zip(df["scheme"], df["config"])]
