@@ -280,13 +280,16 @@ def plan(points: list[list[str]]) -> list[Point]:
 
 
 def _why_same(a: Point, b: Point) -> str:
-    """Why two points are one run: the overrides they differ in name no part of a run (evaluation settings), or none
-    differ (a list repeats a value)."""
+    """Why two points are one run: the overrides they differ in name no part of a run (evaluation or bookkeeping
+    settings), or none differ (a list repeats a value)."""
     differ = [o for o in a.overrides if o not in b.overrides] + [o for o in b.overrides if o not in a.overrides]
     if not differ:
         return "an override list repeats a value or sets a key twice"
-    return (f"they differ only in {', '.join(differ)}, which names no run (evaluation settings): sweep one of them, "
-            "then evaluate the finished runs again with `pe-bench eval RUN <setting>` (e.g. eval.split=test)")
+    said = f"they differ only in {', '.join(differ)}, which names no run"
+    if all(o.lstrip("+~").startswith("eval.") for o in differ):
+        return (f"{said} (evaluation settings): sweep one of them, then evaluate the finished runs again with "
+                "`pe-bench eval RUN <setting>` (e.g. eval.split=test)")
+    return f"{said}: sweep one value of it"
 
 
 TODO = ("new", "retry", "resume")  # the states a sweep trains (every other point is skipped or left out)

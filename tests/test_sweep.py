@@ -91,6 +91,8 @@ def test_grid_axes_and_fixed_overrides_from_a_sweep_config():
     (["eval.split=validation,test", "scheme=alibi", "seed=0"], "they differ only in eval.split=validation, "
      "eval.split=test, which names no run (evaluation settings): sweep one of them, then evaluate the finished runs "
      "again with `pe-bench eval RUN <setting>`"),
+    (["train.threads=1,2", "scheme=alibi", "seed=0"], "they differ only in train.threads=1, train.threads=2, which "
+     "names no run: sweep one value of it"),
 ])
 def test_bad_sweeps_are_one_line_errors_before_anything_runs(args, message, tmp_path):
     r = invoke("sweep", *args, f"results_dir={tmp_path}", "--dry-run")
