@@ -110,6 +110,10 @@ def test_report_command_writes_tables_and_plots_deterministically(smoke_args, tm
     only = runner.invoke(app, ["report", str(results / "runs" / "alibi-*"), "--out", str(tmp_path / "c"),
                                "--scheme", "alibi", "--no-plots"])
     assert only.exit_code == 0 and set(pd.read_csv(tmp_path / "c" / "comparison.csv")["scheme"]) == {"alibi"}
+    kept = runner.invoke(app, ["report", str(results), "--out", str(tmp_path / "d"), "--scheme", "alibi",
+                               "--no-plots"])  # every page of a filtered report counts the runs it holds, not all read
+    assert kept.exit_code == 0 and all((tmp_path / "d" / f).read_text().startswith("# pe-bench report: 2 runs\n")
+                                       for f in ("comparison.md", "README.md"))
     bad = runner.invoke(app, ["report", str(tmp_path / "nowhere")])
     assert bad.exit_code == 2 and "no evaluated run directories" in bad.output
 

@@ -93,15 +93,13 @@ def _report(ctx, got, reported: Reported, split: str, plots: bool, wide: bool, f
         if not got.runs["perplexity"]:
             write_pages(reported.stage, _title(len(reported.meta)), command_line(ctx), reported)
             return
-    runs = got.runs["perplexity"]
     col, pos, modes = _rows(got, filters, mode, plots)
+    held = col.df["run"].nunique()  # the runs with rows after the filters, not every run read
     print_tables(col, split, wide)
-    reported += write_report(col, pos, reported.stage, _title(len(runs) - len(col.left_out)), split,
-                             modes, plots)
+    reported += write_report(col, pos, reported.stage, _title(held), split, modes, plots)
     write_pages(reported.stage, _title(len(reported.meta)), command_line(ctx), reported)
     if col.left_out:
-        warn(f"{len(col.left_out)} run directories left out (named above); the report holds the other "
-                  f"{len(runs) - len(col.left_out)}")
+        warn(f"{len(col.left_out)} run directories left out (named above); the report holds {held}")
 
 
 def _filtered(df: pd.DataFrame, pos: pd.DataFrame, filters: dict[str, list | None],
