@@ -762,6 +762,21 @@ def test_rows_a_keep_mask_leaves_out_never_shape_the_frame(results):
     assert len(kept) == (every["mode"] == "nonoverlapping").sum() > 0
 
 
+def test_a_report_narrowed_to_one_scheme_shows_no_other_schemes_rows_in_any_table(results, tmp_path):
+    """--scheme alibi: the perplexity, position-gain and repetition tables, and the pages, hold alibi's rows only."""
+    alibi, rope = run_named(results, "alibi"), run_named(results, "rope")
+    for run in (alibi, rope):
+        r = invoke("eval", run, "eval.lengths=[32,64]", "eval.modes=[nonoverlapping,per_position,repetition]",
+                   "--no-progress")
+        assert r.exit_code == 0, r.output
+    out = tmp_path / "report"
+    r = invoke("report", results / "runs", "--scheme", "alibi", "--out", out, "--no-plots")
+    assert r.exit_code == 0, r.output
+    assert set(pd.read_csv(out / "repetition.csv")["label"]) == {"alibi"}
+    assert set(pd.read_csv(out / "eval_long.csv")["run"]) == {alibi.name}
+    assert not [f.name for f in out.iterdir() if rope.name in f.read_text() or "| rope" in f.read_text()]
+
+
 def test_a_report_on_one_split_names_each_run_without_rows_there_and_never_shows_another_splits_numbers(
         results, tmp_path):
     alibi, rope = run_named(results, "alibi"), run_named(results, "rope")

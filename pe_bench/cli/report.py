@@ -81,6 +81,9 @@ def _rows(got, filters: dict[str, list | None], mode: list[str] | None, plots: b
         raise ConfigError(f"no usable evaluation rows in {len(runs)} run directories ({len(col.left_out)} left "
                           "out, above)")
     col.df, pos, modes = _filtered(col.df, pos, filters, mode)
+    kept = set(col.df["config"])  # the position-gain and repetition rows follow the configurations kept
+    col.context, col.repetition = (t[t["config"].isin(kept)] if "config" in t else t
+                                   for t in (col.context, col.repetition))
     return col, pos, modes
 
 
