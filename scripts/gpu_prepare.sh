@@ -23,7 +23,10 @@ done
 # not: tests/test_tracking.py is left out there).
 plat=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform any --only-binary=:all:)
-for p in hypothesis sortedcontainers pytest-timeout import-linter grimp 'rich>=14.2' 'click>=8.2' pytest-xdist execnet; do
+# SymPy 1.14.0 (6 MB): data=sympy (the code regime, scripts/gpu_code_regime.sh) reads its source, pinned by digest,
+# and refuses the version another torch brings.
+for p in hypothesis sortedcontainers pytest-timeout import-linter grimp 'rich>=14.2' 'click>=8.2' pytest-xdist execnet \
+         sympy==1.14.0; do
   python3 -m pip download -q --no-deps "${plat[@]}" -d .whl "$p"
 done
 git diff --quiet -- "${windows[@]}" 2>/dev/null || { echo "error: a committed windows.csv has changes; commit or restore them first"; exit 2; }

@@ -81,7 +81,7 @@ def test_grid_axes_and_fixed_overrides_from_a_sweep_config():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["sweep=nosuch"], "unknown sweep 'nosuch'; choose one of: code, default, extension, gpu_wikitext2, headscale, paper, smoke"),
+    (["sweep=nosuch"], "unknown sweep 'nosuch'; choose one of: code, code_gpu, default, extension, gpu_wikitext2, headscale, paper, smoke"),
     (["sweep.launcher=pbs"], "sweep.launcher='pbs' is not one of: local, slurm"),
     (["sweep.slurm.gpus=2"], "unknown config key 'sweep.slurm.gpus'"),
     (["sweep.local.parallel=0"], "sweep.local.parallel must be >= 1"),
