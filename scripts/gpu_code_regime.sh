@@ -43,25 +43,7 @@ timeout -k 30 "$(left 90)" python3 -m pe_bench sweep sweep=code_gpu "results_dir
   "seed=$seeds" train.seq_len=1024 train.batch_size=8 "${extra[@]}" --parallel "$parallel" --no-progress \
   >>"$work/logs/long.log" 2>&1 &
 long=$!
-while kill -0 "$short" 2>/dev/null || kill -0 "$long" 2>/dev/null; do
-  sleep 20
-  say "evaluated: $(ls "$work"/short/runs/*/eval.csv 2>/dev/null | wc -l) short, \
-$(ls "$work"/long/runs/*/eval.csv 2>/dev/null | wc -l) long; GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used \
---format=csv,noheader)"
-done
-wait "$short"; say "short sweep exit $?"
-wait "$long"; say "long sweep exit $?"
-for g in "$short" "$long"; do  # past its limit `timeout` signalled its group: runs checkpoint at their next step
-  for _ in $(seq 40); do pgrep -g "$g" >/dev/null || break; sleep 0.5; done
-  pkill -KILL -g "$g" 2>/dev/null
-done
-grep -hE "failed|diverged|Error|skipped" "$work"/logs/short.log "$work"/logs/long.log | tail -n 20 | tee -a "$log"
-for meta in "$work"/short/runs/*/meta.json "$work"/long/runs/*/meta.json; do
-  [ -f "$meta" ] || continue
-  python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print(m.get('status'), m.get('train_seconds'), \
-m.get('train_tokens_per_s'), m.get('eval_seconds'), m.get('final_val_loss'), sys.argv[1].split('/')[-2])" "$meta" \
-    | tee -a "$log"
-done
+watch_sweeps "$work" "$short" "$long" "$log"
 
 say "report"
 timeout "$(left 10)" python3 -m pe_bench report "$work/short/runs" "$work/long/runs" --out "$work/report" \

@@ -39,25 +39,7 @@ timeout "$(left 100)" python3 -m pe_bench sweep sweep=gpu_wikitext2 "${files[@]}
   scheme=nope,rope,alibi train.seq_len=4096 train.batch_size=4 "eval.lengths=[4096]" eval.stride=128 \
   --parallel 9 --no-progress >>"$work/logs/long.log" 2>&1 &
 long=$!
-while kill -0 "$short" 2>/dev/null || kill -0 "$long" 2>/dev/null; do
-  sleep 20
-  say "evaluated: $(ls "$work"/short/runs/*/eval.csv 2>/dev/null | wc -l)/27 short, \
-$(ls "$work"/long/runs/*/eval.csv 2>/dev/null | wc -l)/9 long; GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used \
---format=csv,noheader)"
-done
-wait "$short"; say "short sweep exit $?"
-wait "$long"; say "long sweep exit $?"
-for g in "$short" "$long"; do  # past its limit `timeout` signalled its group: runs checkpoint at their next step
-  for _ in $(seq 40); do pgrep -g "$g" >/dev/null || break; sleep 0.5; done
-  pkill -KILL -g "$g" 2>/dev/null
-done
-grep -hE "failed|diverged|Error|skipped" "$work"/logs/short.log "$work"/logs/long.log | tail -n 20 | tee -a "$log"
-for meta in "$work"/short/runs/*/meta.json "$work"/long/runs/*/meta.json; do
-  [ -f "$meta" ] || continue
-  python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print(m.get('status'), m.get('train_seconds'), \
-m.get('train_tokens_per_s'), m.get('eval_seconds'), m.get('final_val_loss'), sys.argv[1].split('/')[-2])" "$meta" \
-    | tee -a "$log"
-done
+watch_sweeps "$work" "$short" "$long" "$log"
 
 if [ "$(left 60)" -gt 20 ]; then
   say "seed 0's eval-time rows: learned and rope (eval.variants=true, $(left 60) s)"
