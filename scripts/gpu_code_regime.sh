@@ -27,15 +27,9 @@ export TORCHINDUCTOR_COMPILE_THREADS=1  # many processes compile at once: no poo
 say "environment"
 gpu_environment 2>&1 | tee -a "$log"
 say "the corpus (data=sympy: SymPy 1.14.0's source, pinned by digest)"
-timeout 120 python3 - <<'PY' 2>&1 | tail -n 3 | tee -a "$log" || exit 2
-from pe_bench.config import compose
-from pe_bench.data import load_tokens
-cfg = compose(["data=sympy"])
-c = load_tokens(cfg.data, cfg.cache_dir)
-print({k: len(v) for k, v in c.splits.items()}, "tokens")
-PY
+load_corpus 120 data=sympy | tee -a "$log" || exit 2
 
-say "steps $steps, seeds $seeds: short (L = 256) and trained-long (1024) points at once ($(left 60) s)"
+say "steps $steps, seeds $seeds: short (L = 256) and trained-long (1024) points at once ($(left 90) s)"
 timeout -k 30 "$(left 90)" python3 -m pe_bench sweep sweep=code_gpu "results_dir=$work/short" "train.steps=$steps" \
   "seed=$seeds" "${extra[@]}" --parallel "$parallel" --no-progress >>"$work/logs/short.log" 2>&1 &
 short=$!

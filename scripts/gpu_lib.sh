@@ -8,15 +8,19 @@ gpu_environment() {  # the device, torch and CUDA, and which code (commit and ch
   git status --short 2>/dev/null | grep -v windows.csv | head -n 20
 }
 
-tokenize_wikitext2() {  # tokenize_wikitext2 LIMIT_S data.files.*=...: the BPE of 8192 trained once, the splits cached
+load_corpus() {  # load_corpus LIMIT_S OVERRIDE...: the corpus those data overrides pick, loaded (and cached) once
   timeout "$1" python3 - "${@:2}" <<'PY' 2>&1 | tail -n 3
 import sys
 from pe_bench.config import compose
 from pe_bench.data import load_tokens
-cfg = compose(["data=local", "data.tokenizer=bpe", "data.vocab_size=8192", *sys.argv[1:]])
+cfg = compose(sys.argv[1:])
 c = load_tokens(cfg.data, cfg.cache_dir)
 print({k: len(v) for k, v in c.splits.items()}, "tokens; vocab", c.vocab_size)
 PY
+}
+
+tokenize_wikitext2() {  # tokenize_wikitext2 LIMIT_S data.files.*=...: the BPE of 8192 trained once, the splits cached
+  load_corpus "$1" data=local data.tokenizer=bpe data.vocab_size=8192 "${@:2}"
 }
 
 restore_windows() {  # the committed runs' windows.csv from .gpuwin.tar.xz (scripts/gpu_prepare.sh), where they are missing
