@@ -281,3 +281,13 @@ def test_a_model_trained_at_an_intermediate_length_gets_its_own_row_against_ever
     r = t.loc[(128, 512)]
     assert r["reference"] == "alibi trained at 512" and r["gained"] == pytest.approx(0.05)
     assert r["headroom"] == pytest.approx(0.2) and t.attrs["unpaired"] == []
+
+
+def test_a_headroom_whose_interval_holds_0_claims_no_fraction():
+    short = Collected(pd.DataFrame(rows("rope", 64, {64: [2.0, 2.1, 2.2], 256: [4.0, 4.2, 4.4]})))  # breaks past L
+    long = Collected(pd.DataFrame(rows("rope", 256, {256: [1.95, 1.85, 2.15], 64: [2.1, 2.0, 2.3]})))  # passes
+    t = headroom(short, long)
+    r = t.iloc[0]
+    assert r["gate"] == "passed" and r["headroom_lo"] < 0 < r["headroom_hi"] and math.isinf(r["lo"])
+    assert r["fraction"] < -10  # the point ratio exists, but a ratio over a headroom that may be 0 means nothing
+    assert "| — (headroom not resolved above 0) | 3 |" in markdown_table(t)

@@ -249,8 +249,8 @@ def markdown_table(t: pd.DataFrame) -> str:
             return "— (reference fails the gate)"
         if math.isnan(r.fraction):
             return "no headroom" if r.headroom <= 0 or "no headroom in seed" in r.note else "—"
-        if math.isinf(r.lo):
-            return pct(r.fraction) + " [unbounded]"
+        if math.isinf(r.lo):  # the headroom's own interval holds 0: no ratio can be claimed (Fieller 1954)
+            return "— (headroom not resolved above 0)"
         return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]")
 
     def num(x: float, spec: str) -> str:
@@ -349,10 +349,11 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "block bootstrap over blocks of ≥ 16K tokens] (the reference's perplexity at L_eval that much below the "
           "short model's at L); fraction recovered = mean gained / mean headroom, seeds paired by "
           "seed number, [95 % Fieller interval over the pairs, or with one seed a paired block bootstrap of the gain "
-          "and the headroom over blocks of ≥ 16K tokens; `unbounded` where the headroom's own interval holds "
-          "0]: 100 % = as good as "
+          "and the headroom over blocks of ≥ 16K tokens]: 100 % = as good as "
           "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
-          "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover. A "
+          "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover; "
+          "`headroom not resolved above 0`: the headroom's own interval holds 0, so its Fieller interval is "
+          "unbounded and no fraction is claimed. A "
           "reference bounds a row only if it passes the gate listed below the table: at L tokens of context it is no "
           "worse than the short model (paired by seed, t interval), and its own context value (loss with L_eval "
           "tokens of context minus with L, same tokens) is below 0 with an interval excluding 0 (one seed: the paired "
