@@ -32,6 +32,14 @@ def test_a_length_only_some_seeds_reached_is_said_and_longest_over_l_is_read_whe
     assert t.loc[("alibi", 64), "seeds"] == 2
 
 
+def test_a_row_trained_at_the_tables_longest_length_has_no_longest_over_l():
+    d = rows()
+    d = pd.concat([d, d[d["scheme"] == "alibi"].assign(L_train=512, run=lambda x: x["run"] + "-long")])
+    t = comparison(d, "nonoverlapping")
+    assert t.loc[("alibi", 512), "longest/L"] == "n/a"  # no length past its L: no ratio, never a 1.0
+    assert t.loc[("alibi", 64), "longest/L"] == round(10 / 11, 3)
+
+
 def test_comparison_means_over_seeds_and_marks_missing_cells():
     t = comparison(rows(), "nonoverlapping")
     assert list(t.columns) == ["64", "512", "longest/L", "seeds", "interval"]

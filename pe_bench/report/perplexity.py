@@ -102,7 +102,7 @@ def _longest_over_L(c: stats.Contrast | None, cells: dict, means: dict, L: int, 
     at = "" if longest == table_longest else f" (at {longest})"
     if broken:
         return broken[0], math.nan
-    if pd.isna(base) or pd.isna(last) or longest <= L < table_longest:
+    if pd.isna(base) or pd.isna(last) or longest <= L:  # no length past L in this row: no ratio
         return "n/a", math.nan
     if c is None:
         ratio = float(last / base)
@@ -439,7 +439,8 @@ LEGEND = ("Cells: mean perplexity (± std over seeds) [95% interval: with ≥ 2 
 
 RATIO_LEGEND = (" `longest/L`: the perplexity at the longest length over the one at L [95 % interval of the paired "
                 "ratio where both scored the same tokens: t over seeds, or with one seed a moving-block bootstrap over "
-                "blocks of ≥ 16K tokens, omitted when they make fewer than ten].")
+                "blocks of ≥ 16K tokens, omitted when they make fewer than ten]; `n/a` where the row has no length past "
+                "its L.")
 SLIDING_LEGEND = (" Sliding: the first (longest length) tokens are context only; every length then scores the same "
                   "tokens, each with at least L_eval − S tokens of context, so longest/L compares the lengths "
                   "without the early-token effect.")
