@@ -340,7 +340,7 @@ def test_the_perplexity_beside_the_leaderboard_is_the_asked_splits_with_that_spl
     assert t.loc["alibi", ppl] == pytest.approx(np.e * v.loc["alibi", ppl], abs=0.003)  # paired: exp(+1 nat)
 
 
-def test_rows_evaluated_at_L_alone_have_a_perplexity_ratio_of_one_and_no_context_value():
+def test_rows_evaluated_at_L_alone_have_no_perplexity_ratio_and_no_context_value():
     from dataclasses import replace
 
     from pe_bench.report.leaderboard import perplexity_column, perplexity_columns
@@ -348,7 +348,7 @@ def test_rows_evaluated_at_L_alone_have_a_perplexity_ratio_of_one_and_no_context
     col = _committed_alibi()
     t = perplexity_columns(replace(col, df=col.df[col.df["L_eval"] == 64]))
     assert t.index.name == "scheme" and list(t.columns) == [perplexity_column(1, 64)]
-    assert list(t[perplexity_column(1, 64)]) == [1.0, 1.0]
+    assert list(t[perplexity_column(1, 64)]) == ["—", "—"]  # nothing past L: never a flat-looking 1.0
 
 
 def test_compare_goes_through_every_cell_in_order_naming_each_one_it_cannot_pair():
