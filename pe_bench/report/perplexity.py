@@ -429,7 +429,8 @@ def write_tables(df: pd.DataFrame | Collected, out_dir: Path, title: str = "", s
 
 LEGEND = ("Cells: mean perplexity (± std over seeds) [95% interval: with ≥ 2 seeds a t interval over the seeds' mean "
           "log-losses, exponentiated; with one a moving-block bootstrap over the evaluation windows — column "
-          "`interval`]. **Bold**: the best of its column among the rows trained at the same L and scored on the same "
+          "`interval`]. **Bold**: the best of its column among the rows trained with the same recipe (all but the "
+          "scheme: the same L, steps and batch) and scored on the same "
           "windows, only where paired tests (the same windows and seeds) separate it from every other such row "
           "(Holm-corrected to 5 % family-wise); rows scoring exactly as it does (the same model at that length) "
           "share the mark; such a group without bold has no separated best. "
@@ -502,8 +503,8 @@ def _rich_table(t: pd.DataFrame, title: str, wide: bool, styled: bool, scheme_wi
     marker = ("[bold]", "[/bold]") if styled else ("", "*")
     marked = bool(t.attrs.get("best"))
     table = Table(title=title, header_style="bold", box=None if not wide else box.HEAVY_HEAD, pad_edge=False,
-                  caption=f"{'bold' if styled else '*'}: the best at its L, separated from every other row at that L "
-                          "(paired, Holm 5%)" if marked else None)
+                  caption=f"{'bold' if styled else '*'}: the best of the rows with its training recipe, separated from "
+                          "every other such row (paired, Holm 5%)" if marked else None)
     columns = [c for c in t.columns if wide or c != "interval"]
     table.add_column("scheme", no_wrap=scheme_width is None, overflow="fold", max_width=scheme_width)
     table.add_column("L", justify="right")
