@@ -777,6 +777,25 @@ def test_a_report_narrowed_to_one_scheme_shows_no_other_schemes_rows_in_any_tabl
     assert not [f.name for f in out.iterdir() if rope.name in f.read_text() or "| rope" in f.read_text()]
 
 
+def test_a_report_narrowed_to_one_budget_holds_only_the_runs_trained_for_those_steps(results, tmp_path):
+    """--steps 24: one token budget of a curve; the other budget's rows and loss-by-position lines are left out, and
+    a budget no run has is one line, exit 2, with nothing written."""
+    rope, alibi = run_named(results, "rope"), run_named(results, "alibi")
+    longer = train(results, "scheme=alibi", "train.steps=24")
+    out = tmp_path / "report"
+    r = invoke("report", results / "runs", "--steps", 24, "--out", out, "--no-plots")
+    assert r.exit_code == 0, r.output
+    assert set(pd.read_csv(out / "eval_long.csv")["run"]) == {longer.name}
+    assert set(pd.read_csv(out / "comparison.csv")["scheme"]) == {"alibi · train.steps=24"}
+    assert (out / "README.md").read_text().startswith("# pe-bench report: 1 run\n")
+    r = invoke("report", results / "runs", "--steps", 20, "--scheme", "alibi", "--out", out, "--no-plots")
+    assert r.exit_code == 0, r.output
+    assert set(pd.read_csv(out / "eval_long.csv")["run"]) == {alibi.name} and rope.name not in r.output
+    r = invoke("report", results / "runs", "--steps", 7, "--out", tmp_path / "none", "--no-plots")
+    assert r.exit_code == 2 and "loosen --data/--model/--L/--scheme/--steps/--mode" in " ".join(r.output.split())
+    assert not (tmp_path / "none").exists() and "Traceback" not in r.output
+
+
 def test_a_report_on_one_split_names_each_run_without_rows_there_and_never_shows_another_splits_numbers(
         results, tmp_path):
     alibi, rope = run_named(results, "alibi"), run_named(results, "rope")

@@ -27,6 +27,8 @@ def report(ctx: typer.Context,
            model: list[str] | None = typer.Option(None, help="Keep only these model presets (repeatable)."),
            seq_len: list[int] | None = typer.Option(None, "--L", help="Keep only these training lengths."),
            scheme: list[str] | None = typer.Option(None, help="Keep only these scheme rows (repeatable)."),
+           steps: list[int] | None = typer.Option(None, help="Keep only runs trained for these many steps "
+                                                  "(repeatable): one token budget of a curve."),
            mode: list[str] | None = typer.Option(None, help="Modes to tabulate: nonoverlapping, sliding."),
            split: str = typer.Option("validation", help="Evaluation split."),
            compare: tuple[str, str] | None = typer.Option(None, "--compare", metavar="A B",
@@ -54,7 +56,7 @@ def report(ctx: typer.Context,
     if compare and not got.accuracy.df.empty and (got.perplexity.df.empty or _has_rows(got.accuracy.df, compare)):
         _print_accuracy_comparison(got.accuracy, compare)
         return
-    filters = {"data": data, "model": model, "L_train": seq_len, "scheme": scheme}
+    filters = {"data": data, "model": model, "L_train": seq_len, "scheme": scheme, "steps": steps}
     if compare:
         col, _, modes = _rows(got, filters, mode)
         _print_comparison(paired(col, compare[0], compare[1], split, modes, partial), compare, split)
@@ -107,21 +109,23 @@ def _report(ctx, got, reported: Reported, split: str, plots: bool, wide: bool, f
 
 def _filtered(df: pd.DataFrame, pos: pd.DataFrame, filters: dict[str, list | None],
               mode: list[str] | None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """The rows (and loss-by-position rows) that the --data/--model/--L/--scheme filters keep, in the modes asked
-    for (default: both); the modes."""
+    """The rows (and loss-by-position rows: those of the runs kept) that the --data/--model/--L/--scheme/--steps
+    filters keep, in the modes asked for (default: both); the modes."""
     from pe_bench.report import MODES
 
     for column, keep in filters.items():
         if keep:
             df = df[df[column].isin(keep)]
             pos = pos[pos[column].isin(keep)] if not pos.empty and column in pos else pos
+    pos = pos[pos["run"].isin(set(df["run"]))] if not pos.empty else pos
     modes = mode or list(MODES)
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ConfigError(f"--mode {bad[0]!r} is not one of: {', '.join(MODES)}")
     df = df[df["mode"].isin(modes)] if not df.empty else df
     if df.empty:
-        raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--mode")
+        raise ConfigError("no evaluation rows left after the filters; loosen --data/--model/--L/--scheme/--steps/"
+                          "--mode")
     return df, pos, modes
 
 
