@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pe_bench.cli import app
+from pe_bench.cli.report import _filtered
 from pe_bench.distributed import clear_stop, request_stop
 from pe_bench.markdown import label_value, table
 from pe_bench.report import collect_all, collect_positions, comparison, read_windows
@@ -791,6 +792,11 @@ def test_a_report_narrowed_to_one_budget_holds_only_the_runs_trained_for_those_s
     r = invoke("report", results / "runs", "--steps", 20, "--scheme", "alibi", "--out", out, "--no-plots")
     assert r.exit_code == 0, r.output
     assert set(pd.read_csv(out / "eval_long.csv")["run"]) == {alibi.name} and rope.name not in r.output
+    runs = [Run(p) for p in (rope, alibi, longer)]
+    positions = collect_positions(runs)
+    assert set(positions["run"]) == {rope.name, alibi.name, longer.name}
+    _, kept, _ = _filtered(collect_all(runs).df, positions, {"steps": [24]}, None)
+    assert set(kept["run"]) == {longer.name}
     r = invoke("report", results / "runs", "--steps", 7, "--out", tmp_path / "none", "--no-plots")
     assert r.exit_code == 2 and "loosen --data/--model/--L/--scheme/--steps/--mode" in " ".join(r.output.split())
     assert not (tmp_path / "none").exists() and "Traceback" not in r.output
