@@ -172,6 +172,24 @@ def test_outputs_of_documented_commands_are_git_ignored_and_committed_reports_ar
     assert p.stdout.split() == paths[:6]
 
 
+def test_every_results_directory_the_readme_links_to_is_tracked_not_ignored():
+    """A report the README points at (`](results/NAME/…`) is committed: results/* is git-ignored but for a list of
+    committed reports, and a directory missing from that list would be a dead link on a fresh clone."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    linked = sorted(set(re.findall(r"\]\((results/[\w.-]+)/", (root / "README.md").read_text())))
+    assert "results/code_regime_12m" in linked and "results/paper" in linked
+    probes = [f"{d}/README.md" for d in linked]
+    p = subprocess.run(["git", "check-ignore", "--no-index", *probes], capture_output=True, text=True, cwd=root,
+                       check=False)
+    assert p.stdout.split() == []
+    assert all((root / d).is_dir() for d in linked), [d for d in linked if not (root / d).is_dir()]
+
+
 def test_the_readmes_perplexity_tables_are_the_committed_reports_rows():
     """Every perplexity table quoted in the README or a docs page ('| scheme | L | …') is a block of rows of a committed
     report (results/paper, results/default or one of the code regime's: results/code_regime_12m, code_regime_test or
