@@ -291,3 +291,18 @@ def test_a_headroom_whose_interval_holds_0_claims_no_fraction():
     assert r["gate"] == "passed" and r["headroom_lo"] < 0 < r["headroom_hi"] and math.isinf(r["lo"])
     assert r["fraction"] < -10  # the point ratio exists, but a ratio over a headroom that may be 0 means nothing
     assert "| — (headroom not resolved above 0) | 3 |" in markdown_table(t)
+
+
+def test_a_row_that_loses_more_past_L_than_the_whole_headroom_says_so_beside_its_fraction():
+    """A scheme that breaks past L (loss 2.1 at L, 4.2 at 4L) against a passing reference 0.2 nats better: its
+    fraction recovered is far below −100 %, which is correct and is labelled as what it means."""
+    short = Collected(pd.DataFrame(rows("rope", 64, {64: [2.0, 2.1, 2.2], 256: [4.0, 4.2, 4.4]})))
+    long = Collected(pd.DataFrame(rows("rope", 256, {256: [1.8, 1.9, 2.0], 64: [1.95, 2.05, 2.15]})))
+    t = headroom(short, long)
+    r = t.iloc[0]
+    assert r["gate"] == "passed" and r["hi"] < -1 and r["fraction"] == pytest.approx(-2.1 / 0.2)
+    assert f"{100 * r['fraction']:.0f} % [" in markdown_table(t)
+    assert "(the longer context costs more than the whole headroom) | 3 |" in markdown_table(t)
+    ok = headroom(Collected(pd.DataFrame(SHORT)), Collected(pd.DataFrame(rows("alibi", 512, {512: [1.6, 1.7, 1.8],
+                                                                                       64: [1.9, 2.0, 2.1]}))))
+    assert "costs more than the whole headroom" not in markdown_table(ok)

@@ -251,7 +251,8 @@ def markdown_table(t: pd.DataFrame) -> str:
             return "no headroom" if r.headroom <= 0 or "no headroom in seed" in r.note else "—"
         if math.isinf(r.lo):  # the headroom's own interval holds 0: no ratio can be claimed (Fieller 1954)
             return "— (headroom not resolved above 0)"
-        return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]")
+        worse = " (the longer context costs more than the whole headroom)" if r.hi < -1 else ""
+        return pct(r.fraction) + ("" if math.isnan(r.lo) else f" [{pct(r.lo)}, {pct(r.hi)}]") + worse
 
     def num(x: float, spec: str) -> str:
         return "—" if math.isnan(x) else format(x, spec)
@@ -350,7 +351,9 @@ LEGEND = ("Losses in nats per token, means over seeds, from the sliding evaluati
           "short model's at L); fraction recovered = mean gained / mean headroom, seeds paired by "
           "seed number, [95 % Fieller interval over the pairs, or with one seed a paired block bootstrap of the gain "
           "and the headroom over blocks of ≥ 16K tokens]: 100 % = as good as "
-          "training long, 0 % = no gain from the longer context, negative = worse than at L; `no headroom`: in some "
+          "training long, 0 % = no gain from the longer context, negative = worse than at L, below −100 % (the whole "
+          "interval) = the longer context costs more than the whole headroom, as for a scheme that breaks past L; "
+          "`no headroom`: in some "
           "seed the reference is no better at L_eval than the short model at L, so there is nothing to recover; "
           "`headroom not resolved above 0`: the headroom's own interval holds 0, so its Fieller interval is "
           "unbounded and no fraction is claimed. A "
